@@ -1,0 +1,616 @@
+"""Profile a slow PyTorch training run, then measure a change without the profiler.
+
+A CIFAR-10 ResNet18 variant (3x3 stride-1 first conv, no max-pool, 10 classes,
+batch 128, SGD) whose training step labels four profiler scopes:
+input/next_batch, input/to_device, train/forward_backward, train/optimizer.
+
+    # on a Polyaxon cluster (see polyaxonfile.yaml and the README)
+    polyaxon run -f polyaxonfile.yaml -u -p PROJECT --queue AGENT/QUEUE -P mode=profile -P workers=0
+    polyaxon run -f polyaxonfile.yaml -u -p PROJECT --queue AGENT/QUEUE -P mode=bench -P workers=4
+
+    # on one machine, GPU when present (tracked offline under ./.polyaxon-offline)
+    python train.py --mode profile --workers 0
+    python train.py --mode bench --workers 4
+    # no network: a CIFAR-shaped synthetic set through the same PIL transforms
+    python train.py --mode bench --workers 4 --data synthetic
+    # CPU only, tiny
+    python train.py --mode profile --device cpu --data synthetic --batch-size 8 --warmup-steps 2
+
+mode=profile: warm-up steps, then torch.profiler with schedule(wait=1, warmup=1,
+active=3, repeat=2) over 10 steps: two Chrome traces (open them in
+ui.perfetto.dev), operator tables, trace evidence (summarize.py), run.json.
+mode=bench: the same warm-up, then a synchronized window of --bench-steps
+batches without the profiler: samples_per_sec.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The four scopes of the tutorial, defined once; summarize.py reads the same names.
+NEXT_BATCH = "input/next_batch"
+TO_DEVICE = "input/to_device"
+FORWARD_BACKWARD = "train/forward_backward"
+OPTIMIZER = "train/optimizer"
+SCOPES = (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)
+
+# The tutorial's capture: two cycles of three active steps.
+SCHEDULE = dict(wait=1, warmup=1, active=3, repeat=2)
+PROFILE_STEPS = (SCHEDULE["wait"] + SCHEDULE["warmup"] + SCHEDULE["active"]) * SCHEDULE["repeat"]
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+SYNTHETIC_SIZE = 50_000
+SYNTHETIC_SEED = 0  # the synthetic images are the same in every run, whatever --seed says
+
+DEFAULT_OFFLINE_ROOT = os.path.join(HERE, ".polyaxon-offline")
+PROJECT = "pytorch-training-profiler"
+
+
+class UserError(Exception):
+    """A problem the user can fix; reported as one line, without a traceback."""
+
+
+# --------------------------------------------------------------------------- settings
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        # One line, exit 2, before any heavy import: argparse's usage block hides the message.
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text):
+    value = float(text)
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def non_negative_float(text):
+    value = float(text)
+    if not value >= 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+# argparse reports a failed type by its __name__: give the checkers readable names.
+non_negative_int.__name__ = "integer >= 0"
+positive_int.__name__ = "integer >= 1"
+positive_float.__name__ = "positive number"
+non_negative_float.__name__ = "number >= 0"
+
+
+def build_parser():
+    p = OneLineParser(prog="train.py", description=__doc__.split("\n")[0])
+    p.add_argument("--mode", required=True, choices=["profile", "bench"],
+                   help="profile: scheduled profiler capture; bench: synchronized throughput window (required)")
+    p.add_argument("--workers", type=non_negative_int, default=0,
+                   help="DataLoader num_workers; 0 loads in the main process (default: 0)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="images per step (default: 128)")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=20,
+                   help="plain training steps before the profiler or the timed window (default: 20)")
+    p.add_argument("--bench-steps", type=positive_int, default=100,
+                   help="batches in the timed window of mode=bench (default: 100)")
+    p.add_argument("--data", choices=["cifar10", "synthetic"], default="cifar10",
+                   help="cifar10: the real training set, downloaded into --data-dir when missing; "
+                        "synthetic: 50,000 CIFAR-shaped uint8 images (fixed seed) through the same "
+                        "transforms, for machines without network (default: cifar10)")
+    p.add_argument("--data-dir", default=os.path.join(HERE, "data"),
+                   help="where CIFAR-10 is (or is downloaded to) (default: ./data)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="auto: CUDA when available, else CPU, said loudly; cuda: fail without it (default: auto)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="model, shuffle and augmentation seed (default: 0)")
+    p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default: 0.1)")
+    p.add_argument("--momentum", type=non_negative_float, default=0.9, help="SGD momentum (default: 0.9)")
+    p.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="SGD weight decay (default: 5e-4)")
+    p.add_argument("--trace-format", choices=["json.gz", "json"], default="json.gz",
+                   help="Chrome trace files: gzipped (about ten times smaller; Perfetto opens both) "
+                        "or plain (default: json.gz)")
+    p.add_argument("--output-dir", default=None,
+                   help="where artifacts are written (default: the Polyaxon run's outputs folder)")
+    p.add_argument("--repeat", type=non_negative_int, default=None,
+                   help="index of this job in an alternating series; only recorded and tagged (default: none)")
+    return p
+
+
+def parse_settings(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.momentum >= 1:
+        build_parser().error(f"argument --momentum: must be < 1, got {args.momentum}")
+    return args
+
+
+# --------------------------------------------------------------------------- machine facts
+
+def cpu_budget(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
+    """The CPUs this process may really use: the cgroup CPU quota where one is set, else affinity.
+
+    A pod's quota is invisible to os.cpu_count() and sched_getaffinity(): a 4-CPU pod on a
+    64-core node must read 4, or torch starts 64 threads that fight over 4 CPUs.
+    """
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        affinity = os.cpu_count() or 1
+    quota, source = None, "affinity"
+    own = ""
+    try:
+        with open(proc_cgroup) as f:
+            for line in f:
+                parts = line.strip().split(":", 2)
+                if len(parts) == 3 and parts[0] == "0":
+                    own = parts[2].lstrip("/")
+    except OSError:
+        pass
+    v2_candidates = [os.path.join(cgroup_root, own, "cpu.max"), os.path.join(cgroup_root, "cpu.max")]
+    for path in dict.fromkeys(v2_candidates):
+        try:
+            with open(path) as f:
+                limit, period = f.read().split()[:2]
+        except (OSError, ValueError):
+            continue
+        if limit != "max":
+            quota, source = int(limit) / int(period), f"cgroup v2 {path}"
+        break
+    else:
+        for d in (os.path.join(cgroup_root, "cpu"), os.path.join(cgroup_root, "cpu,cpuacct"), cgroup_root):
+            try:
+                with open(os.path.join(d, "cpu.cfs_quota_us")) as f:
+                    limit = int(f.read())
+                with open(os.path.join(d, "cpu.cfs_period_us")) as f:
+                    period = int(f.read())
+            except (OSError, ValueError):
+                continue
+            if limit > 0:
+                quota, source = limit / period, f"cgroup v1 {d}"
+            break
+    cpus = min(quota, affinity) if quota is not None else affinity
+    if quota is not None and affinity < quota:
+        source = "affinity (below the cgroup quota)"
+    return {"cpus": cpus, "source": source, "cgroup_quota_cpus": quota, "affinity_cpus": affinity}
+
+
+def package_inventory():
+    from importlib import metadata
+    names = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            names[name.lower()] = f"{name}=={dist.version}"
+    return "\n".join(names[k] for k in sorted(names)) + "\n"
+
+
+def source_sha256():
+    with open(os.path.abspath(__file__), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def environment(torch, device):
+    import torchvision
+    try:
+        from importlib import metadata
+        polyaxon_version = metadata.version("polyaxon")
+    except Exception:  # not installed: recorded as such, never fatal here
+        polyaxon_version = None
+    cuda = device.type == "cuda"
+    return {
+        "gpu": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "polyaxon": polyaxon_version,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "source_sha256": source_sha256(),
+    }
+
+
+# --------------------------------------------------------------------------- files
+
+def write_atomic(path, data):
+    """Write bytes or text to path through a temp file and a rename: never a half-written file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".partial-{os.getpid()}-{os.path.basename(path)}")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(tmp, mode) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def write_json_atomic(path, obj):
+    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------- tracking
+
+def is_managed():
+    return bool(os.environ.get("POLYAXON_RUN_INSTANCE")) or \
+        os.environ.get("POLYAXON_IS_MANAGED", "").lower() in ("1", "true", "yes")
+
+
+def start_tracking(args):
+    """Polyaxon tracking: the managed run inside Polyaxon, an offline run everywhere else."""
+    managed = is_managed()
+    if not managed:
+        # Read by polyaxon at import time: set it first.
+        os.environ.setdefault("POLYAXON_OFFLINE_ROOT", DEFAULT_OFFLINE_ROOT)
+    try:
+        from polyaxon import tracking
+    except ImportError as e:
+        raise UserError(f"polyaxon is not installed ({e}): pip install -r requirements.txt") from e
+    if managed:
+        tracking.init()
+    else:
+        tags = [args.mode, f"workers={args.workers}"]
+        if args.repeat is not None:
+            tags.append(f"repeat={args.repeat}")
+        tracking.init(is_offline=True, project=PROJECT, name=f"{args.mode}-workers{args.workers}",
+                      tags=tags, track_code=False, track_env=False, collect_resources=False)
+    return tracking
+
+
+# --------------------------------------------------------------------------- data
+
+def build_transform():
+    from torchvision import transforms
+    return transforms.Compose([
+        transforms.RandomCrop(32, padding=4),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD),
+    ])
+
+
+class SyntheticCIFAR10:
+    """CIFAR-shaped uint8 images and labels, fed through the same PIL path as torchvision's CIFAR10."""
+
+    def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
+        import numpy as np
+        rng = np.random.default_rng(seed)
+        self.data = rng.integers(0, 256, size=(size, 32, 32, 3), dtype=np.uint8)
+        self.targets = rng.integers(0, 10, size=size).tolist()
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        from PIL import Image
+        return self.transform(Image.fromarray(self.data[index])), self.targets[index]
+
+
+def build_dataset(args, transform):
+    """The training set and a record of what it really is."""
+    if args.data == "synthetic":
+        print(f"data: SYNTHETIC CIFAR-shaped images ({SYNTHETIC_SIZE} x 32x32x3 uint8, seed "
+              f"{SYNTHETIC_SEED}), same transforms as CIFAR-10; not the real data set", file=sys.stderr)
+        dataset = SyntheticCIFAR10(transform)
+        return dataset, {"name": "synthetic", "images": len(dataset), "seed": SYNTHETIC_SEED}
+    from torchvision.datasets import CIFAR10
+    try:
+        dataset = CIFAR10(root=args.data_dir, train=True, download=True, transform=transform)
+    except (OSError, RuntimeError, ValueError) as e:  # URLError is an OSError
+        raise UserError(
+            f"CIFAR-10 is not in {args.data_dir} and could not be downloaded ({type(e).__name__}: {e}); "
+            "give --data-dir a folder that holds cifar-10-batches-py, allow the download, "
+            "or run with --data synthetic") from e
+    print(f"data: CIFAR-10 training set from {args.data_dir} ({len(dataset)} images)", file=sys.stderr)
+    return dataset, {"name": "cifar10", "images": len(dataset), "root": os.path.abspath(args.data_dir)}
+
+
+def build_loader(torch, dataset, args, device):
+    generator = torch.Generator()
+    generator.manual_seed(args.seed)
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+        pin_memory=device.type == "cuda", drop_last=True, generator=generator)
+
+
+class Batches:
+    """An endless iterator over the loader that restarts cleanly at each epoch end."""
+
+    def __init__(self, loader):
+        if len(loader) == 0:
+            raise UserError(f"the data set holds fewer images than one batch ({len(loader.dataset)} < "
+                            f"{loader.batch_size}): lower --batch-size")
+        self.loader = loader
+        self.epoch_restarts = 0
+        self._it = iter(loader)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.epoch_restarts += 1
+            self._it = iter(self.loader)
+            return next(self._it)
+
+
+# --------------------------------------------------------------------------- model and step
+
+def build_model(torch):
+    import torchvision
+    model = torchvision.models.resnet18(num_classes=10)
+    # CIFAR variant: 32x32 inputs keep their resolution through the stem.
+    model.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = torch.nn.Identity()
+    return model
+
+
+def make_step(torch, batches, model, criterion, optimizer, device):
+    from torch.profiler import record_function
+
+    def step():
+        # No synchronization here: CUDA work runs on after its launching scope ends.
+        with record_function(NEXT_BATCH):
+            images, targets = next(batches)
+        with record_function(TO_DEVICE):
+            images = images.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+        with record_function(FORWARD_BACKWARD):
+            optimizer.zero_grad(set_to_none=True)
+            loss = criterion(model(images), targets)
+            loss.backward()
+        with record_function(OPTIMIZER):
+            optimizer.step()
+        return loss
+
+    return step
+
+
+def synchronize(torch, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------- the two modes
+
+def run_profile(torch, step, device, out_dir, args):
+    """Ten steps under the tutorial's schedule; one trace and two operator tables per cycle."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+    import summarize
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if not cuda:
+        print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks",
+              file=sys.stderr)
+    cycles = []
+
+    def save_trace(prof):
+        # Called at step_num 5 and 10; the cycle's active steps are the three before.
+        n = len(cycles) + 1
+        first, last = prof.step_num - SCHEDULE["active"], prof.step_num - 1
+        stem = f"trace-cycle{n}-steps{first}-{last}"
+        t0 = time.perf_counter()
+        trace = os.path.join(out_dir, "traces", f"{stem}.pt.trace.{args.trace_format}")
+        os.makedirs(os.path.dirname(trace), exist_ok=True)
+        tmp = os.path.join(os.path.dirname(trace), f".partial-{os.path.basename(trace)}")
+        prof.export_chrome_trace(tmp)  # gzips when the name ends in .gz
+        os.replace(tmp, trace)
+        averages = prof.key_averages()
+        tables = {"self_cpu": write_atomic(
+            os.path.join(out_dir, "operators", f"cycle{n}-by-self-cpu.txt"),
+            averages.table(sort_by="self_cpu_time_total", row_limit=-1))}
+        if cuda:
+            tables["self_device"] = write_atomic(
+                os.path.join(out_dir, "operators", f"cycle{n}-by-self-device.txt"),
+                averages.table(sort_by="self_device_time_total", row_limit=-1))
+        seconds = time.perf_counter() - t0
+        print(f"profile: cycle {n} (ProfilerStep#{first}-{last}) -> {trace} in {seconds:.1f}s", file=sys.stderr)
+        cycles.append({"cycle": n, "profiler_steps": [first, last], "trace": trace,
+                       "trace_bytes": os.path.getsize(trace), "operator_tables": tables,
+                       "dump_seconds": round(seconds, 3)})
+
+    with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
+                 record_shapes=True, profile_memory=True, with_stack=True) as profiler:
+        for _ in range(PROFILE_STEPS):
+            step()
+            profiler.step()
+
+    # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
+    evidences = []
+    for c in cycles:
+        evidence = summarize.summarize_file(c["trace"])
+        base = c["trace"].rsplit(".pt.trace.", 1)[0]
+        c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
+        c["evidence_txt"] = write_atomic(base + ".evidence.txt", summarize.format_table([evidence]))
+        c["evidence"] = summarize.headline(evidence)
+        evidences.append(evidence)
+    return {
+        "evidence": summarize.headline(evidences),
+        "activities": [a.name for a in activities],
+        "gpu_tracks": cuda,
+        "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
+        "schedule": SCHEDULE,
+        "options": {"record_shapes": True, "profile_memory": True, "with_stack": True},
+        "cycles": cycles,
+        "profiling_caveat": summarize.CAVEAT,
+    }
+
+
+def run_bench(torch, step, device, batches, args):
+    """--bench-steps batches between two synchronizations, nothing syncing in between."""
+    synchronize(torch, device)
+    restarts_before = batches.epoch_restarts
+    t0 = time.perf_counter()
+    for _ in range(args.bench_steps):
+        loss = step()
+    synchronize(torch, device)
+    seconds = time.perf_counter() - t0
+    return {
+        "samples_per_sec": args.bench_steps * args.batch_size / seconds,
+        "window_seconds": seconds,
+        "window_steps": args.bench_steps,
+        "window_samples": args.bench_steps * args.batch_size,
+        "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
+        "loss_after_window": float(loss.item()),
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+def resolve_device(torch, requested):
+    if requested == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if requested == "cuda":
+        raise UserError("--device cuda was asked for but torch sees no CUDA device "
+                        f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu or auto")
+    print("device: NO CUDA DEVICE, running on the CPU: these are CPU numbers, not GPU numbers",
+          file=sys.stderr)
+    return torch.device("cpu")
+
+
+def set_threads(torch, budget):
+    """Keep torch's intra-op threads within the CPU budget (its default follows the node's cores)."""
+    before = torch.get_num_threads()
+    allowed = max(1, int(budget["cpus"]))
+    if before > allowed:
+        torch.set_num_threads(allowed)
+    return {"default": before, "used": torch.get_num_threads()}
+
+
+def main(argv=None):
+    args = parse_settings(argv)
+    settings = {k: v for k, v in vars(args).items()}
+
+    import numpy as np
+    import torch
+
+    try:
+        device = resolve_device(torch, args.device)
+    except UserError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 2
+
+    tracking = start_tracking(args)
+    out_dir = os.path.abspath(args.output_dir or tracking.get_outputs_path())
+    os.makedirs(out_dir, exist_ok=True)
+    print(f"outputs: {out_dir}", file=sys.stderr)
+    record = {
+        "status": "running", "mode": args.mode, "settings": settings,
+        "started_at": datetime.now(timezone.utc).isoformat(),
+        "polyaxon": {"managed": is_managed(), "run_uuid": tracking.TRACKING_RUN.run_uuid,
+                     "offline_root": None if is_managed() else os.environ.get("POLYAXON_OFFLINE_ROOT")},
+    }
+    run_json = os.path.join(out_dir, "run.json")
+    logged = []
+
+    def log_file(path, name):
+        tracking.log_file_ref(path=path, name=name)
+        logged.append(path)
+
+    try:
+        record["cpu_budget"] = budget = cpu_budget()
+        record["torch_threads"] = set_threads(torch, budget)
+        record["environment"] = environment(torch, device)
+        record["device"] = str(device)
+        log_file(write_atomic(os.path.join(out_dir, "packages.txt"), package_inventory()), "packages")
+        tracking.log_inputs(**{k: v for k, v in settings.items() if v is not None})
+
+        random.seed(args.seed)
+        np.random.seed(args.seed)
+        torch.manual_seed(args.seed)
+        transform = build_transform()
+        record["input_transform"] = repr(transform)
+        dataset, record["data"] = build_dataset(args, transform)
+        loader = build_loader(torch, dataset, args, device)
+        record["loader"] = {"num_workers": args.workers, "pin_memory": loader.pin_memory,
+                            "shuffle": True, "drop_last": True, "batches_per_epoch": len(loader),
+                            "start_method": (torch.multiprocessing.get_start_method(allow_none=True)
+                                             if args.workers else None)}
+        batches = Batches(loader)
+
+        model = build_model(torch).to(device)
+        criterion = torch.nn.CrossEntropyLoss()
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                    weight_decay=args.weight_decay)
+        step = make_step(torch, batches, model, criterion, optimizer, device)
+
+        # Warm-up: worker start, cuDNN selection and allocator growth stay out of what is measured.
+        t0 = time.perf_counter()
+        for _ in range(args.warmup_steps):
+            step()
+        synchronize(torch, device)
+        record["warmup_seconds"] = time.perf_counter() - t0
+
+        if args.mode == "profile":
+            record["results"] = results = run_profile(torch, step, device, out_dir, args)
+            for c in results["cycles"]:
+                log_file(c["trace"], f"trace-cycle{c['cycle']}")
+                for kind, path in c["operator_tables"].items():
+                    log_file(path, f"operators-cycle{c['cycle']}-{kind.replace('_', '-')}")
+                log_file(c["evidence_json"], f"evidence-cycle{c['cycle']}")
+                log_file(c["evidence_txt"], f"evidence-cycle{c['cycle']}-table")
+            outputs = {k: v for k, v in results["evidence"].items() if v is not None}
+            outputs.update({f"cycle{c['cycle']}_{k}": v for c in results["cycles"]
+                            for k, v in c["evidence"].items() if v is not None})
+        else:
+            record["results"] = results = run_bench(torch, step, device, batches, args)
+            outputs = {k: results[k] for k in ("samples_per_sec", "window_seconds", "window_steps")}
+            print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
+                  f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
+                  f"workers {args.workers})")
+        record["epoch_restarts"] = batches.epoch_restarts
+        record["status"] = "succeeded"
+    except (Exception, KeyboardInterrupt) as e:
+        record["status"] = "failed"
+        record["error"] = f"{type(e).__name__}: {e}"
+        if not isinstance(e, UserError):
+            record["traceback"] = traceback.format_exc()
+        record["finished_at"] = datetime.now(timezone.utc).isoformat()
+        log_file(write_json_atomic(run_json, record), "run.json")
+        tracking.log_failed(reason=type(e).__name__, message=str(e)[:2000])
+        tracking.end()
+        if isinstance(e, UserError):
+            print(f"train.py: error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+    record["finished_at"] = datetime.now(timezone.utc).isoformat()
+    record["artifacts"] = [os.path.relpath(p, out_dir) for p in logged] + ["run.json"]
+    log_file(write_json_atomic(run_json, record), "run.json")
+    tracking.log_outputs(**outputs)
+    tracking.end()
+    print(f"run.json: {run_json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -240,11 +240,16 @@ def write_atomic(path, data):
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".partial-{os.getpid()}-{os.path.basename(path)}")
     mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, mode) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return path
 
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The tutorial's experiment on this machine, each job a whole process, tracked offline.
+#   ./run-local.sh main          profile and bench, workers 0 and 4 (make run)
+#   ./run-local.sh alternating   bench jobs in alternating order, REPEATS x WORKERS (make bench-alternating)
+# GPU when present; on a CPU-only machine, fewer steps (announced). CIFAR-10 when it is on
+# disk under ./data, else the synthetic set (announced). Override with DATA=cifar10|synthetic.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PY:-.venv/bin/python}
+what=${1:-main}
+export POLYAXON_OFFLINE_ROOT=${POLYAXON_OFFLINE_ROOT:-$PWD/.polyaxon-offline}
+export POLYAXON_TRACKING_FLUSH_DELAY=0
+
+if [ -z "${DATA:-}" ]; then
+  if [ -d data/cifar-10-batches-py ]; then DATA=cifar10
+  else
+    DATA=synthetic
+    echo "*** CIFAR-10 is not in ./data: using SYNTHETIC CIFAR-shaped data (same transforms)."
+    echo "*** For the real set: make run DATA=cifar10 (downloads into ./data)."
+  fi
+fi
+args=(--data "$DATA")
+if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "*** CUDA found: the tutorial's step counts."
+else
+  args+=(--warmup-steps "${WARMUP_STEPS:-2}" --bench-steps "${BENCH_STEPS:-5}")
+  echo "*** NO CUDA: running on the CPU with --warmup-steps ${WARMUP_STEPS:-2} --bench-steps ${BENCH_STEPS:-5}"
+  echo "*** (the profile schedule keeps its 10 steps); these are CPU numbers, not GPU numbers."
+fi
+
+case "$what" in
+  main)
+    for mode in profile bench; do
+      for workers in 0 4; do
+        echo "=== train.py --mode $mode --workers $workers ${args[*]}"
+        "$PY" train.py --mode "$mode" --workers "$workers" "${args[@]}"
+      done
+    done
+    ;;
+  alternating)
+    for repeat in $(seq 1 "${REPEATS:-3}"); do
+      for workers in ${WORKERS:-0 4}; do
+        echo "=== repeat $repeat: train.py --mode bench --workers $workers ${args[*]}"
+        "$PY" train.py --mode bench --workers "$workers" --repeat "$repeat" "${args[@]}"
+      done
+    done
+    ;;
+  *) echo "run-local.sh: error: unknown target '$what' (main or alternating)" >&2; exit 2 ;;
+esac
+echo "=== local runs: $POLYAXON_OFFLINE_ROOT ($PY -m polyaxon ops ls --offline --path $POLYAXON_OFFLINE_ROOT)"

@@ -1,0 +1,64 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# Tiny CPU settings: every test run is a real train.py process on synthetic data.
+TINY = ["--device", "cpu", "--data", "synthetic", "--batch-size", "4", "--warmup-steps", "1"]
+
+
+def polyaxon_env(offline_root, **extra):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("POLYAXON_"):
+            del env[k]
+    env.update(POLYAXON_OFFLINE_ROOT=str(offline_root), POLYAXON_TRACKING_FLUSH_DELAY="0",
+               POLYAXON_DISABLE_ERRORS_REPORTING="true", COLUMNS="500", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def run_train(args, offline_root, timeout=600, **env):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT,
+                          env=polyaxon_env(offline_root, **env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def offline_runs(offline_root):
+    runs = os.path.join(str(offline_root), "runs")
+    return sorted(os.listdir(runs)) if os.path.isdir(runs) else []
+
+
+def load_offline_run(offline_root, uuid):
+    with open(os.path.join(str(offline_root), "runs", uuid, "run.plx.json")) as f:
+        return json.load(f)
+
+
+def single_run(offline_root):
+    runs = offline_runs(offline_root)
+    assert len(runs) == 1, f"expected one offline run under {offline_root}, found {runs}"
+    return runs[0], os.path.join(str(offline_root), "runs", runs[0], "outputs")
+
+
+@pytest.fixture(scope="session")
+def profile_run(tmp_path_factory):
+    """One real CPU profile-mode run, shared by the tests that read its artifacts."""
+    root = tmp_path_factory.mktemp("offline-profile")
+    proc = run_train(["--mode", "profile", *TINY], root)
+    assert proc.returncode == 0, f"profile run failed:\n{proc.stdout}\n{proc.stderr}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
+@pytest.fixture(scope="session")
+def bench_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("offline-bench")
+    proc = run_train(["--mode", "bench", "--bench-steps", "3", *TINY], root)
+    assert proc.returncode == 0, f"bench run failed:\n{proc.stdout}\n{proc.stderr}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}

@@ -1,0 +1,259 @@
+import glob
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+
+import pytest
+import torch
+
+import summarize
+import train
+from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_model_is_the_cifar_resnet18_variant():
+    """3x3 stride-1 first conv without bias, no max-pool, 10 outputs, 11,173,962 parameters."""
+    model = train.build_model(torch)
+    conv = model.conv1
+    assert (conv.kernel_size, conv.stride, conv.padding, conv.bias) == ((3, 3), (1, 1), (1, 1), None)
+    assert isinstance(model.maxpool, torch.nn.Identity)
+    assert model.fc.out_features == 10
+    assert sum(p.numel() for p in model.parameters()) == 11_173_962
+    with torch.no_grad():
+        assert model.eval()(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_four_scopes_in_each_profiled_step_in_order(profile_run):
+    """Every ProfilerStep of a real CPU trace holds the four scopes once each, in the tutorial's order."""
+    traces = glob.glob(os.path.join(profile_run["outputs"], "traces", "*.pt.trace.json.gz"))
+    assert traces
+    for trace in traces:
+        events = [e for e in summarize.load_events(trace) if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+        steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
+        assert len(steps) == 3, f"{trace}: {len(steps)} active steps, expected 3"
+        for st in steps:
+            s0, s1 = st["ts"], st["ts"] + st["dur"]
+            inside = sorted((e for e in events if e["name"] in train.SCOPES and s0 <= e["ts"] < s1),
+                            key=lambda e: e["ts"])
+            assert [e["name"] for e in inside] == list(train.SCOPES), f"{st['name']}: {[e['name'] for e in inside]}"
+            for a, b in zip(inside, inside[1:]):
+                assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, f"{a['name']} overlaps {b['name']}"
+            assert inside[-1]["ts"] + inside[-1]["dur"] <= s1 + 1e-3, "a scope ends after its step"
+
+
+def test_profile_writes_two_traces_tables_evidence_and_run_json(profile_run):
+    """Two distinctly named traces, the self-CPU tables, evidence files and a complete run.json."""
+    out = profile_run["outputs"]
+    traces = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "traces", "*.pt.trace.json.gz")))
+    assert traces == ["trace-cycle1-steps2-4.pt.trace.json.gz", "trace-cycle2-steps7-9.pt.trace.json.gz"]
+    for n in (1, 2):
+        with open(os.path.join(out, "operators", f"cycle{n}-by-self-cpu.txt")) as f:
+            table = f.read()
+        assert "Self CPU" in table and "aten::" in table
+        assert os.path.exists(os.path.join(out, "traces", f"trace-cycle{n}-steps{5 * n - 3}-{5 * n - 1}.evidence.json"))
+    record = read_json(os.path.join(out, "run.json"))
+    assert record["status"] == "succeeded"
+    for key in ("environment", "settings", "input_transform", "data", "cpu_budget", "torch_threads", "results"):
+        assert record.get(key) is not None, f"run.json lacks {key}"
+    env = record["environment"]
+    assert env["gpu"] == "cpu" and env["torch"] == torch.__version__ and env["polyaxon"]
+    assert record["settings"]["seed"] == 0 and record["settings"]["mode"] == "profile"
+    assert record["data"]["name"] == "synthetic"
+    assert "RandomCrop(size=(32, 32), padding=4)" in record["input_transform"]
+    results = record["results"]
+    assert results["gpu_tracks"] is False and "CPU-only" in results["note"]
+    assert results["activities"] == ["CPU"]
+    assert [c["profiler_steps"] for c in results["cycles"]] == [[2, 4], [7, 9]]
+    assert not glob.glob(os.path.join(out, "**", ".partial-*"), recursive=True), "a temp file was left behind"
+    assert "profiling the CPU alone" in profile_run["proc"].stderr
+
+
+def test_profile_outputs_reach_polyaxon(profile_run):
+    """The offline run carries the headline trace figures as outputs and the files as lineage."""
+    run = load_offline_run(profile_run["root"], profile_run["uuid"])
+    assert run["status"] == "succeeded"
+    assert run["outputs"]["profiled_step_ms"] > 0
+    lineage = read_json(os.path.join(profile_run["root"], "runs", profile_run["uuid"], "lineages.plx.json"))
+    names = {a["name"] for a in lineage}
+    assert {"run-json", "packages", "trace-cycle1", "trace-cycle2"} <= names, names
+
+
+def test_bench_rate_matches_its_window(bench_run):
+    """samples_per_sec is window steps x batch size / window seconds, and Polyaxon holds the same value."""
+    record = read_json(os.path.join(bench_run["outputs"], "run.json"))
+    r = record["results"]
+    assert r["window_steps"] == 3 and r["window_samples"] == 12
+    assert r["window_seconds"] > 0
+    assert r["samples_per_sec"] == pytest.approx(3 * 4 / r["window_seconds"])
+    run = load_offline_run(bench_run["root"], bench_run["uuid"])
+    assert run["outputs"]["samples_per_sec"] == pytest.approx(r["samples_per_sec"])
+    assert run["outputs"]["window_steps"] == 3
+    assert run["inputs"]["workers"] == 0 and run["inputs"]["mode"] == "bench"
+
+
+def test_polyaxon_cli_reads_the_offline_run(bench_run):
+    """`polyaxon ops ls --offline` and `ops get --offline` show the local run with its outputs."""
+    env = polyaxon_env(bench_run["root"])
+    cli = [sys.executable, "-m", "polyaxon"]
+    ls = subprocess.run(cli + ["ops", "ls", "--offline", "--path", str(bench_run["root"])],
+                        env=env, capture_output=True, text=True, timeout=120)
+    assert ls.returncode == 0 and bench_run["uuid"] in ls.stdout, ls.stdout + ls.stderr
+    get = subprocess.run(cli + ["ops", "get", "--offline", "-uid", bench_run["uuid"], "--path", str(bench_run["root"])],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert get.returncode == 0, get.stdout + get.stderr
+    assert "samples_per_sec" in get.stdout and "succeeded" in get.stdout
+
+
+BAD_FLAGS = [
+    ([], "--mode"),
+    (["--mode", "weird"], "--mode"),
+    (["--mode", "bench", "--workers", "-1"], "--workers"),
+    (["--mode", "bench", "--workers", "abc"], "--workers"),
+    (["--mode", "bench", "--batch-size", "0"], "--batch-size"),
+    (["--mode", "bench", "--bench-steps", "0"], "--bench-steps"),
+    (["--mode", "bench", "--warmup-steps", "-2"], "--warmup-steps"),
+    (["--mode", "bench", "--data", "imagenet"], "--data"),
+    (["--mode", "bench", "--device", "tpu"], "--device"),
+    (["--mode", "bench", "--lr", "-0.1"], "--lr"),
+    (["--mode", "bench", "--momentum", "1.5"], "--momentum"),
+    (["--mode", "bench", "--seed", "x"], "--seed"),
+    (["--mode", "bench", "--trace-format", "zip"], "--trace-format"),
+]
+
+
+@pytest.mark.parametrize("argv,flag", BAD_FLAGS, ids=[" ".join(a) or "no-mode" for a, _ in BAD_FLAGS])
+def test_bad_flag_refused_in_one_line_before_heavy_work(tmp_path, argv, flag):
+    """Exit 2, one line naming the flag, and nothing created: no data download, no Polyaxon run."""
+    data_dir = tmp_path / "data"
+    proc = run_train(argv + ["--data-dir", str(data_dir)] if "--data-dir" not in argv else argv,
+                     tmp_path / "offline", timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("train.py: error:") and flag in lines[0], proc.stderr
+    assert not data_dir.exists() and not (tmp_path / "offline").exists()
+
+
+def test_bad_flags_never_import_torch():
+    """Flags are checked before torch (and CUDA) is touched."""
+    code = ("import sys; sys.argv=['train.py','--mode','bench','--workers','-1']; import train\n"
+            "try:\n    train.parse_settings()\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_cuda_without_cuda_is_an_error(tmp_path):
+    """--device cuda on a CPU machine exits 2 in one line instead of running on the CPU."""
+    proc = run_train(["--mode", "bench", "--device", "cuda", "--data", "synthetic"], tmp_path / "offline", timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device cuda" in lines[0], proc.stderr
+    assert offline_runs(tmp_path / "offline") == []
+
+
+def test_failed_download_names_synthetic_and_fails_the_run(tmp_path):
+    """A CIFAR-10 download that fails exits 1 with a message naming --data synthetic; the run is failed."""
+    dead = "http://127.0.0.1:9"  # nothing listens there: the download fails at once
+    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "cifar10", "--data-dir", str(tmp_path / "d"),
+                      "--batch-size", "4", "--warmup-steps", "1", "--bench-steps", "1"],
+                     tmp_path / "offline", timeout=300, https_proxy=dead, HTTPS_PROXY=dead, http_proxy=dead,
+                     HTTP_PROXY=dead, no_proxy="", NO_PROXY="")
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("train.py: error: CIFAR-10") and "--data synthetic" in last
+    uuid, outputs = single_run(tmp_path / "offline")
+    record = read_json(os.path.join(outputs, "run.json"))
+    assert record["status"] == "failed" and "--data synthetic" in record["error"]
+    assert load_offline_run(tmp_path / "offline", uuid)["status"] == "failed"
+
+
+def test_download_error_is_reported_in_process(tmp_path, monkeypatch):
+    """build_dataset turns a fake failing download into a UserError that names --data synthetic."""
+    import torchvision.datasets
+
+    def fail(self):
+        raise urllib.error.URLError("fake: no network")
+
+    monkeypatch.setattr(torchvision.datasets.CIFAR10, "download", fail)
+    args = train.parse_settings(["--mode", "bench", "--data-dir", str(tmp_path)])
+    with pytest.raises(train.UserError, match="--data synthetic"):
+        train.build_dataset(args, train.build_transform())
+
+
+def write_cgroup(root, files):
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    proc = root / "proc-cgroup"
+    proc.write_text("0::/\n")
+    return str(proc)
+
+
+@pytest.mark.parametrize("files,expected,source", [
+    ({"cpu.max": "400000 100000\n"}, 4.0, "cgroup v2"),
+    ({"cpu.max": "150000 100000\n"}, 1.5, "cgroup v2"),
+    ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0, "cgroup v1"),
+])
+def test_cpu_budget_reads_the_cgroup_quota(tmp_path, monkeypatch, files, expected, source):
+    """A pod's quota wins over the node's cores that affinity shows (a 4-CPU pod on 64 cores reads 4)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    proc = write_cgroup(tmp_path, files)
+    budget = train.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    assert budget["cpus"] == expected and budget["source"].startswith(source) and budget["affinity_cpus"] == 64
+
+
+def test_cpu_budget_without_quota_is_affinity(tmp_path, monkeypatch):
+    """cpu.max 'max' (no quota) and taskset both fall back on affinity."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    proc = write_cgroup(tmp_path, {"cpu.max": "max 100000\n"})
+    assert train.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)["cpus"] == 3
+    proc = write_cgroup(tmp_path, {"cpu.max": "800000 100000\n"})
+    budget = train.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    assert budget["cpus"] == 3 and budget["cgroup_quota_cpus"] == 8
+
+
+def test_batches_restart_cleanly_at_epoch_end():
+    """A data set of 2.5 batches gives full batches forever, counting its restarts."""
+    data = torch.utils.data.TensorDataset(torch.arange(10.0), torch.arange(10))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, drop_last=True)
+    batches = train.Batches(loader)
+    got = [next(batches)[0].shape[0] for _ in range(5)]
+    assert got == [4] * 5 and batches.epoch_restarts == 2
+
+
+def test_batches_refuse_a_data_set_smaller_than_a_batch():
+    data = torch.utils.data.TensorDataset(torch.arange(3.0))
+    with pytest.raises(train.UserError, match="--batch-size"):
+        train.Batches(torch.utils.data.DataLoader(data, batch_size=4, drop_last=True))
+
+
+def test_synthetic_data_goes_through_the_cifar_transforms():
+    """Fixed images whatever the run's seed, and normalized 3x32x32 tensors out of the PIL chain."""
+    a = train.SyntheticCIFAR10(train.build_transform(), size=16)
+    b = train.SyntheticCIFAR10(train.build_transform(), size=16)
+    assert (a.data == b.data).all() and a.targets == b.targets
+    image, target = a[3]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.float32 and 0 <= target < 10
+    assert image.min() < -1.0 and image.max() > 1.0, "the CIFAR-10 normalization was not applied"
+
+
+def test_write_atomic_keeps_the_old_file_when_a_write_fails(tmp_path):
+    path = tmp_path / "run.json"
+    train.write_json_atomic(str(path), {"status": "running"})
+    with pytest.raises(TypeError):
+        train.write_atomic(str(path), 12345)  # neither text nor bytes: fails inside the write
+    assert read_json(path) == {"status": "running"}
+    assert os.listdir(tmp_path) == ["run.json"]
+
+
+def test_package_inventory_lists_torch():
+    inventory = train.package_inventory().splitlines()
+    assert any(line.lower().startswith("torch==") for line in inventory)

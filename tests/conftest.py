@@ -62,3 +62,14 @@ def bench_run(tmp_path_factory):
     assert proc.returncode == 0, f"bench run failed:\n{proc.stdout}\n{proc.stderr}"
     uuid, outputs = single_run(root)
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory):
+    """A real Polyaxon server (haupt sandbox) on 127.0.0.1, started and stopped by the tests."""
+    from polyaxon_support import Sandbox
+    server = Sandbox(tmp_path_factory.mktemp("sandbox")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

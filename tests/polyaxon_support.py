@@ -1,0 +1,180 @@
+"""Test support: Polyaxon's compiler and converter offline, and a real sandbox server on 127.0.0.1.
+
+Never product code: the sandbox has no agent that starts jobs without Kubernetes, so
+execute_queued_run() does the agent's part on this machine.
+"""
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+import warnings
+
+from conftest import ROOT
+
+BIN = os.path.dirname(sys.executable)
+POLYAXONFILE = os.path.join(ROOT, "polyaxonfile.yaml")
+
+
+def quiet():
+    warnings.filterwarnings("ignore", message=".*Pydantic serializer warnings.*")
+    warnings.filterwarnings("ignore", category=UserWarning, module="pydantic")
+
+
+def compile_polyaxonfile(params, path=POLYAXONFILE, artifacts_path="/plx-context/artifacts/RUN"):
+    """Polyaxon's own parser and compiler, params applied and contexts resolved."""
+    quiet()
+    from polyaxon.polyaxonfile import (CompiledOperationSpecification, OperationSpecification,
+                                       check_polyaxonfile)
+    op = check_polyaxonfile(polyaxonfile=path, params=params, is_cli=False, verbose=False)
+    compiled = OperationSpecification.compile_operation(op)
+    compiled = CompiledOperationSpecification.apply_params(compiled, params=op.params)
+    compiled = CompiledOperationSpecification.apply_operation_contexts(compiled)
+    compiled = CompiledOperationSpecification.apply_runtime_contexts(
+        compiled, contexts={"globals": {"run_artifacts_path": artifacts_path}})
+    return op, compiled
+
+
+def train_argv(script):
+    """The train.py argv of the container script's exec line."""
+    lines = [l for l in script.splitlines() if l.strip().startswith("exec python train.py")]
+    assert len(lines) == 1, f"expected one 'exec python train.py' line in:\n{script}"
+    return shlex.split(lines[0])[3:]
+
+
+def kubernetes_pod(params):
+    """Polyaxon's Kubernetes converter, offline: the pod spec a cluster would receive."""
+    quiet()
+    from kubernetes.client import ApiClient
+    from polyaxon import settings
+    from polyaxon._compiler.resolver import resolve
+    from polyaxon._k8s.converter.converters.job import JobConverter
+    from polyaxon.polyaxonfile import OperationSpecification, check_polyaxonfile
+    from polyaxon.schemas import V1PolyaxonInitContainer, V1PolyaxonSidecarContainer
+
+    settings.set_agent_config()
+    settings.AGENT_CONFIG.set_default_artifacts_store()
+    init = V1PolyaxonInitContainer(image="polyaxon/polyaxon-init", image_tag="2.18.0")
+    sidecar = V1PolyaxonSidecarContainer(image="polyaxon/polyaxon-sidecar", image_tag="2.18.0")
+    settings.AGENT_CONFIG.init, settings.AGENT_CONFIG.sidecar = init, sidecar
+    op = check_polyaxonfile(polyaxonfile=POLYAXONFILE, params=params, is_cli=False, verbose=False)
+    run_uuid = uuid.uuid4().hex
+    resolver = resolve(owner_name="acme", project_name="profiling", project_uuid=uuid.uuid4().hex,
+                       run_name="job", run_uuid=run_uuid, run_path=run_uuid,
+                       compiled_operation=OperationSpecification.compile_operation(op), params=op.params)
+    resolver = resolver[0] if isinstance(resolver, tuple) else resolver
+    store = settings.AGENT_CONFIG.artifacts_store
+    resource = JobConverter(owner_name="acme", project_name="profiling", run_name="job", run_uuid=run_uuid,
+                            namespace="polyaxon", polyaxon_init=init, polyaxon_sidecar=sidecar).get_resource(
+        compiled_operation=resolver.compiled_operation, artifacts_store=store,
+        connection_by_names={store.name: store}, secrets=None, config_maps=None, default_auth=True)
+    return ApiClient().sanitize_for_serialization(resource), run_uuid
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sandbox:
+    """`haupt sandbox` on 127.0.0.1 with its own home and store, and a CLI bound to it."""
+
+    def __init__(self, base):
+        self.base = str(base)
+        self.home = os.path.join(self.base, "home")
+        self.store = os.path.join(self.base, "store")
+        self.context = os.path.join(self.base, "plx-context")
+        for d in (self.home, self.store, self.context):
+            os.makedirs(d, exist_ok=True)
+        # What a pod mounts at /plx-context/artifacts: here, the server's own store.
+        os.symlink(self.store, os.path.join(self.context, "artifacts"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def env(self, **extra):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POLYAXON_")}
+        env.update(POLYAXON_HOME=self.home, POLYAXON_DISABLE_ERRORS_REPORTING="true",
+                   POLYAXON_UI_OFFLINE="true", POLYAXON_UI_IN_SANDBOX="true", COLUMNS="500",
+                   POLYAXON_TRACKING_FLUSH_DELAY="0", PATH=BIN + os.pathsep + env.get("PATH", ""))
+        env.update(extra)
+        return env
+
+    def start(self, timeout=180):
+        self.log = open(os.path.join(self.base, "sandbox.log"), "w")
+        self.proc = subprocess.Popen(
+            [os.path.join(BIN, "haupt"), "sandbox", "start", "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", "1", "--path", self.store],
+            env=self.env(), stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"haupt sandbox exited: see {self.log.name}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError(f"haupt sandbox did not answer in {timeout}s: see {self.log.name}")
+        self.cli("config", "set", f"--host={self.url}")
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+        if self.proc:
+            self.log.close()
+
+    def cli(self, *args, check=True, cwd=ROOT, timeout=300):
+        proc = subprocess.run([os.path.join(BIN, "polyaxon"), *args], cwd=cwd, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"polyaxon {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def run_client(self, project, run_uuid=None):
+        quiet()
+        os.environ["POLYAXON_HOME"] = self.home  # the client reads its host from this home's config
+        from polyaxon import settings
+        from polyaxon.client import PolyaxonClient, RunClient
+        config = settings.CLIENT_CONFIG
+        config.host = self.url
+        return RunClient(owner="default", project=project, run_uuid=run_uuid,
+                         client=PolyaxonClient(config=config))
+
+    def execute_queued_run(self, project, run_uuid, timeout=900):
+        """The agent's part: run the queued run's resolved command, with the run's identity."""
+        client = self.run_client(project, run_uuid)
+        client.refresh_data()
+        content = json.loads(client.run_data.content)
+        container = content["run"]["container"]
+        workdir = container["workingDir"].replace("/plx-context", self.context, 1)
+        client.log_status("running", reason="TestAgentStandIn", message="executing the resolved command")
+        proc = subprocess.run(
+            container["command"] + container["args"], cwd=workdir, capture_output=True, text=True, timeout=timeout,
+            env=self.env(POLYAXON_RUN_INSTANCE=f"default.{project}.runs.{run_uuid}", POLYAXON_IS_MANAGED="true",
+                         POLYAXON_CONTEXT_ROOT=self.context))
+        if proc.returncode == 0:
+            client.log_succeeded(reason="TestAgentStandIn", message="exit 0")
+        else:
+            client.log_failed(reason="TestAgentStandIn", message=f"exit {proc.returncode}")
+        return proc, container
+
+
+def created_uuid(output):
+    """The run uuid from `polyaxon run` output ('A new run was created: owner/project:name@UUID')."""
+    for line in output.splitlines():
+        if "A new run was created" in line and "@" in line:
+            return line.rsplit("@", 1)[1].strip()
+    raise AssertionError(f"no run uuid in:\n{output}")

@@ -105,8 +105,7 @@ def crossing_slices(slices_by_thread):
             # 1 ns of slack: exported timestamps are rounded to ns.
             if stack and e > stack[-1] + 1e-3:
                 n += 1
-            else:
-                stack.append(e)
+            stack.append(e)  # a crossing slice can itself be crossed by a later one
         if n:
             counts[thread] = n
     return counts
@@ -290,6 +289,21 @@ ROWS = [  # label, getter, format
 ]
 
 
+def mean_per_step(window):
+    """The window's additive figures divided by its step count (shares and medians stay)."""
+    n = window["steps"]
+    m = dict(window)
+    for k in ("wall_us", "gpu_busy_us", "gpu_idle_us", "input_gap_us", "launch_cpu_us"):
+        if m.get(k) is not None:
+            m[k] = m[k] / n
+    m["scopes_cpu_us"] = {k: v / n for k, v in window["scopes_cpu_us"].items()}
+    for group, keys in (("h2d", ("count", "bytes", "us", "overlapped_with_kernels_us")),
+                        ("kernels", ("count",)), ("sync", ("count", "cpu_us"))):
+        if m.get(group) is not None:
+            m[group] = {**m[group], **{k: m[group][k] / n for k in keys}}
+    return m
+
+
 def _value(getter, fig):
     try:
         return getter(fig)
@@ -298,7 +312,11 @@ def _value(getter, fig):
 
 
 def _fmt(value, fmt):
-    return "n/a" if value is None else fmt.format(value)
+    if value is None:
+        return "n/a"
+    if fmt == "{:d}" and value != int(value):
+        return f"{value:.1f}"
+    return fmt.format(int(value) if fmt == "{:d}" else value)
 
 
 def _table(header, rows):
@@ -314,17 +332,17 @@ def format_table(evidences):
     rows_used = ROWS if any(ev["has_gpu"] for ev in evidences) else ROWS[:1 + len(SCOPES)]
     if len(evidences) == 1:
         ev = evidences[0]
-        cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("window", ev["window"])]
+        cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("mean/step", mean_per_step(ev["window"]))]
         header = ["figure"] + [c for c, _ in cols]
         rows = [[label] + [_fmt(_value(g, f), fmt) for _, f in cols] for label, g, fmt in rows_used]
         parts.append(f"trace: {ev['trace']}")
     else:
-        header = ["figure"] + [chr(ord("A") + i) for i in range(len(evidences))]
+        header = ["figure (mean/step)"] + [chr(ord("A") + i) for i in range(len(evidences))]
         if len(evidences) == 2:
             header.append("B/A")
         rows = []
         for label, g, fmt in rows_used:
-            vals = [_value(g, ev["window"]) for ev in evidences]
+            vals = [_value(g, mean_per_step(ev["window"])) for ev in evidences]
             row = [label] + [_fmt(v, fmt) for v in vals]
             if len(evidences) == 2:
                 a, b = vals

@@ -1,0 +1,134 @@
+"""compare.py: exact statistics on fabricated records, real offline runs, and the Polyaxon-client path."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import compare
+from conftest import ROOT, TINY, run_train
+
+
+def rec(uuid, rates_index, rate, mode="bench", status="succeeded", gpu="NVIDIA H200", **settings):
+    base = {"mode": mode, "workers": 0, "batch_size": 128, "data": "synthetic", "seed": 0, "repeat": rates_index}
+    base.update(settings)
+    outputs = {"samples_per_sec": rate} if mode == "bench" else {"profiled_step_ms": 90.0, "gpu_idle_share": 0.9,
+                                                                 "input_gap_share": 0.8}
+    run_json = {"settings": base, "environment": {"gpu": gpu, "torch": "2.11.0", "cuda": "13.0"},
+                "cpu_budget": {"cpus": 4}}
+    return compare.record_from(uuid, f"{mode}-{uuid}", f"2026-12-02T10:{rates_index:02d}:00", status, base,
+                               outputs, run_json)
+
+
+def fabricated():
+    a = [rec(f"a{i}", i * 2, r, workers=0) for i, r in enumerate([1.0, 2.0, 3.0, 4.0, 100.0])]
+    b = [rec(f"b{i}", i * 2 + 1, r, workers=4) for i, r in enumerate([10.0, 20.0, 30.0])]
+    return a + b
+
+
+def test_groups_by_the_differing_setting_with_exact_statistics():
+    result = compare.compare_records(fabricated())
+    assert result["varying"] == ["workers"], "repeat must not split groups"
+    a, b = result["groups"]
+    assert (a["group"], a["n"], a["median"], a["min"], a["max"]) == ("workers=0", 5, 3.0, 1.0, 100.0)
+    assert a["spread"] == pytest.approx(99 / 3)
+    assert (b["group"], b["median"], b["spread"]) == ("workers=4", 20.0, 1.0)
+    assert b["ratio"] == pytest.approx(20 / 3)
+    assert b["ratio_bounds"] == pytest.approx((10 / 100, 30 / 1))
+    assert b["verdict"].startswith("within the noise"), "overlapping ranges with an outlier are noise"
+    assert result["warnings"] == []
+
+
+def test_clear_difference_exceeds_the_noise():
+    records = [rec(f"a{i}", i, r) for i, r in enumerate([100, 101, 99, 100])] + \
+              [rec(f"b{i}", 10 + i, r, workers=4) for i, r in enumerate([300, 305, 298, 301])]
+    g = compare.compare_records(records)["groups"][1]
+    lo, hi = g["ratio_ci95"]
+    assert 2.9 < lo <= g["ratio"] <= hi < 3.1
+    assert g["verdict"] == "exceeds the noise; the ranges do not overlap"
+
+
+def test_profile_and_failed_runs_are_left_out_and_named():
+    records = fabricated() + [rec("p0", 30, None, mode="profile", workers=0),
+                              rec("f0", 31, 5.0, status="failed", workers=0)]
+    result = compare.compare_records(records)
+    why = {r["uuid"]: r["why"] for r in result["left_out"]}
+    assert set(why) == {"p0", "f0"} and "profiled" in why["p0"] and "failed" in why["f0"]
+    assert sum(g["n"] for g in result["groups"]) == 8
+    assert result["groups"][0]["evidence"]["uuid"] == "p0", "the matching profile run's evidence sits beside"
+    assert result["groups"][1]["evidence"] is None
+
+
+def test_only_profile_runs_is_an_error():
+    with pytest.raises(compare.CompareError, match="no succeeded bench runs"):
+        compare.compare_records([rec("p0", 0, None, mode="profile")])
+
+
+def test_mismatch_warnings_name_what_differs():
+    records = fabricated()
+    records[-1] = rec("b9", 40, 25.0, workers=4, gpu="NVIDIA A100")
+    records.append(rec("c0", 41, 25.0, workers=4, batch_size=256))
+    warnings = compare.compare_records(records)["warnings"]
+    assert any("more than one setting" in w and "batch_size" in w for w in warnings)
+    assert any("differ in gpu" in w and "A100" in w for w in warnings)
+
+
+def test_baseline_choice_and_unknown_baseline():
+    result = compare.compare_records(fabricated(), baseline="workers=4")
+    assert result["groups"][0]["group"] == "workers=4" and result["groups"][1]["ratio"] == pytest.approx(3 / 20)
+    with pytest.raises(compare.CompareError, match="none of the groups"):
+        compare.compare_records(fabricated(), baseline="workers=3")
+
+
+def test_outputs_written_and_the_plot_is_a_png(tmp_path):
+    paths = compare.write_outputs(compare.compare_records(fabricated()), str(tmp_path))
+    with open(paths["png"], "rb") as f:
+        head = f.read(8)
+    assert head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(paths["png"]) > 5000
+    with open(paths["csv"]) as f:
+        lines = f.read().splitlines()
+    assert lines[0].startswith("group,n,median") and len(lines) == 3 and lines[1].startswith("workers=0,5,3.0")
+    with open(paths["markdown"]) as f:
+        assert "| workers=4 | 3 | 20.0 |" in f.read()
+
+
+@pytest.fixture(scope="module")
+def offline_study(tmp_path_factory, bench_run, profile_run):
+    """Real offline runs: bench workers 0 (shared fixture) and twice workers 1, plus a profile run."""
+    root = tmp_path_factory.mktemp("study")
+    os.makedirs(root / "runs")
+    for run in (bench_run, profile_run):
+        shutil.copytree(os.path.join(run["root"], "runs", run["uuid"]), root / "runs" / run["uuid"])
+    for repeat in (1, 2):
+        proc = run_train(["--mode", "bench", "--bench-steps", "3", "--workers", "1", "--repeat", str(repeat), *TINY], root)
+        assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def test_compare_cli_over_real_offline_runs(offline_study, tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "--offline", str(offline_study),
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "comparison.json") as f:
+        result = json.load(f)
+    assert [(g["group"], g["n"]) for g in result["groups"]] == [("workers=0", 1), ("workers=1", 2)]
+    assert [r["why"] for r in result["left_out"]] == ["mode=profile: profiled runs are not throughput evidence"]
+    assert all(r > 0 for g in result["groups"] for r in g["rates"])
+    assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, tmp_path):
+    """Offline runs pushed to a real server, read back by compare.py -p through Polyaxon's client."""
+    sandbox.cli("project", "create", "--name", "study")
+    for uuid in os.listdir(offline_study / "runs"):
+        sandbox.cli("ops", "push", "-uid", uuid, "--path", str(offline_study), "--reset-project", "-p", "study")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "-p", "study", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=sandbox.env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "comparison.json") as f:
+        result = json.load(f)
+    assert [(g["group"], g["n"]) for g in result["groups"]] == [("workers=0", 1), ("workers=1", 2)]
+    assert len(result["left_out"]) == 1
+    assert result["groups"][0]["environment"]["gpu"] == ["cpu"], "run.json was downloaded from the server"

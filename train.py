@@ -132,16 +132,44 @@ def build_parser():
                         "or plain (default: json.gz)")
     p.add_argument("--output-dir", default=None,
                    help="where artifacts are written (default: the Polyaxon run's outputs folder)")
+    # Candidate fixes (issue: the next fixes); defaults keep the tutorial's workload exactly.
+    p.add_argument("--persistent-workers", action="store_true",
+                   help="keep DataLoader workers alive across epochs (needs --workers > 0) (default: off)")
+    p.add_argument("--prefetch-factor", type=positive_int, default=None,
+                   help="batches each worker loads ahead (needs --workers > 0) (default: torch's, 2)")
+    p.add_argument("--prefetch-stream", action="store_true",
+                   help="copy the next batch to the GPU on a side CUDA stream while this step computes "
+                        "(needs CUDA; not with --gpu-input) (default: off)")
+    p.add_argument("--gpu-input", action="store_true",
+                   help="keep the uint8 training set on the device and crop/flip/normalize batches there, "
+                        "no DataLoader (needs --workers 0) (default: off)")
+    p.add_argument("--channels-last", action="store_true", help="NHWC model and inputs (default: off)")
+    p.add_argument("--amp", choices=["off", "bf16"], default="off",
+                   help="autocast forward and loss to bfloat16 (default: off)")
+    p.add_argument("--fused-sgd", action="store_true", help="torch's fused SGD kernel (default: off)")
     p.add_argument("--repeat", type=non_negative_int, default=None,
                    help="index of this job in an alternating series; only recorded and tagged (default: none)")
     return p
 
 
 def parse_settings(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.momentum >= 1:
-        build_parser().error(f"argument --momentum: must be < 1, got {args.momentum}")
+        parser.error(f"argument --momentum: must be < 1, got {args.momentum}")
+    if args.workers == 0 and (args.persistent_workers or args.prefetch_factor is not None):
+        parser.error("--persistent-workers and --prefetch-factor need --workers > 0 (they configure worker processes)")
+    if args.gpu_input and args.workers:
+        parser.error(f"--gpu-input builds batches on the device without a DataLoader: use --workers 0, not {args.workers}")
+    if args.gpu_input and args.prefetch_stream:
+        parser.error("--prefetch-stream has nothing to copy with --gpu-input (the data is already on the device)")
     return args
+
+
+def check_device_options(args, device):
+    """Options that only make sense on CUDA, refused once the device is known."""
+    if args.prefetch_stream and device.type != "cuda":
+        raise UserError("--prefetch-stream overlaps host-to-device copies with compute: it needs a CUDA device")
 
 
 # --------------------------------------------------------------------------- machine facts
@@ -337,9 +365,14 @@ def build_dataset(args, transform):
 def build_loader(torch, dataset, args, device):
     generator = torch.Generator()
     generator.manual_seed(args.seed)
+    knobs = {}
+    if args.workers:
+        knobs["persistent_workers"] = args.persistent_workers
+        if args.prefetch_factor is not None:
+            knobs["prefetch_factor"] = args.prefetch_factor
     return torch.utils.data.DataLoader(
         dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-        pin_memory=device.type == "cuda", drop_last=True, generator=generator)
+        pin_memory=device.type == "cuda", drop_last=True, generator=generator, **knobs)
 
 
 class Batches:
@@ -365,6 +398,84 @@ class Batches:
             return next(self._it)
 
 
+class DeviceBatches:
+    """--gpu-input: the uint8 set on the device; crop (zero padding 4), flip and normalize per batch there.
+
+    Draws what the PIL chain draws: crop offsets uniform over 9x9, flip with probability 1/2, the
+    same padding value (0 before normalization) and the same normalization; shuffled epochs.
+    """
+
+    def __init__(self, torch, dataset, batch_size, device, seed):
+        self.torch, self.batch_size, self.device = torch, batch_size, device
+        data = torch.as_tensor(dataset.data)  # (N, 32, 32, 3) uint8, as torchvision's CIFAR10 holds it
+        if len(data) < batch_size:
+            raise UserError(f"the data set holds fewer images than one batch ({len(data)} < {batch_size}): "
+                            "lower --batch-size")
+        self.data = data.permute(0, 3, 1, 2).contiguous().to(device)
+        self.targets = torch.as_tensor(dataset.targets, dtype=torch.long).to(device)
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+        self.mean = torch.tensor(CIFAR10_MEAN, device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor(CIFAR10_STD, device=device).view(1, 3, 1, 1)
+        self.epoch_restarts = -1
+        self._new_epoch()
+
+    def _new_epoch(self):
+        self.order = self.torch.randperm(len(self.data), device=self.device, generator=self.generator)
+        self.position = 0
+        self.epoch_restarts += 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.position + self.batch_size > len(self.order):  # drop_last, as the DataLoader does
+            self._new_epoch()
+        index = self.order[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        images, _, _ = augment(self.torch, self.data[index], self.generator, self.mean, self.std)
+        return images, self.targets[index]
+
+
+def augment(torch, images_uint8, generator, mean, std, padding=4):
+    """Batched RandomCrop(32, padding) + RandomHorizontalFlip + ToTensor + Normalize; returns the draws too."""
+    n, _, h, w = images_uint8.shape
+    device = images_uint8.device
+    x = torch.nn.functional.pad(images_uint8.float().div_(255), (padding,) * 4)
+    dy = torch.randint(0, 2 * padding + 1, (n,), device=device, generator=generator)
+    dx = torch.randint(0, 2 * padding + 1, (n,), device=device, generator=generator)
+    flip = torch.rand(n, device=device, generator=generator) < 0.5
+    rows = (dy[:, None] + torch.arange(h, device=device))[:, None, :, None]
+    cols = torch.arange(w, device=device).expand(n, w)
+    cols = torch.where(flip[:, None], cols.flip(1), cols) + dx[:, None]
+    x = x[torch.arange(n, device=device)[:, None, None, None], torch.arange(3, device=device)[None, :, None, None],
+          rows, cols[:, None, None, :]]
+    return (x - mean) / std, (dy, dx), flip
+
+
+class PrefetchToDevice:
+    """--prefetch-stream: the copy of batch k+1 runs on a side stream while batch k computes."""
+
+    def __init__(self, torch, device, first_batch):
+        self.torch, self.device = torch, device
+        self.stream = torch.cuda.Stream(device=device)
+        self.pending = self._copy(first_batch)
+
+    def _copy(self, batch):
+        with self.torch.cuda.stream(self.stream):
+            return [t.to(self.device, non_blocking=True) for t in batch]
+
+    def swap(self, next_host_batch):
+        """Hand out the batch already copied; start copying next_host_batch behind it."""
+        current = self.torch.cuda.current_stream(self.device)
+        current.wait_stream(self.stream)  # the handed-out copy is complete before compute reads it
+        ready = self.pending
+        for t in ready:
+            t.record_stream(current)  # the allocator must not reuse them while this stream uses them
+        self.pending = self._copy(next_host_batch)
+        return ready
+
+
 # --------------------------------------------------------------------------- model and step
 
 def build_model(torch):
@@ -376,19 +487,30 @@ def build_model(torch):
     return model
 
 
-def make_step(torch, batches, model, criterion, optimizer, device):
+def make_step(torch, batches, model, criterion, optimizer, device, args, prefetcher=None):
+    from contextlib import nullcontext
     from torch.profiler import record_function
+
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    autocast = (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)) \
+        if args.amp == "bf16" else nullcontext
 
     def step():
         # No synchronization here: CUDA work runs on after its launching scope ends.
         with record_function(NEXT_BATCH):
             images, targets = next(batches)
         with record_function(TO_DEVICE):
-            images = images.to(device, non_blocking=True)
-            targets = targets.to(device, non_blocking=True)
+            if prefetcher is not None:
+                images, targets = prefetcher.swap((images, targets))
+            else:
+                images = images.to(device, non_blocking=True)
+                targets = targets.to(device, non_blocking=True)
+            if args.channels_last:
+                images = images.contiguous(memory_format=memory_format)
         with record_function(FORWARD_BACKWARD):
             optimizer.zero_grad(set_to_none=True)
-            loss = criterion(model(images), targets)
+            with autocast():
+                loss = criterion(model(images), targets)
             loss.backward()
         with record_function(OPTIMIZER):
             optimizer.step()
@@ -520,6 +642,7 @@ def main(argv=None):
 
     try:
         device = resolve_device(torch, args.device)
+        check_device_options(args, device)
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2
@@ -555,18 +678,27 @@ def main(argv=None):
         transform = build_transform()
         record["input_transform"] = repr(transform)
         dataset, record["data"] = build_dataset(args, transform)
-        loader = build_loader(torch, dataset, args, device)
-        record["loader"] = {"num_workers": args.workers, "pin_memory": loader.pin_memory,
-                            "shuffle": True, "drop_last": True, "batches_per_epoch": len(loader),
-                            "start_method": (torch.multiprocessing.get_start_method(allow_none=True)
-                                             if args.workers else None)}
-        batches = Batches(loader)
+        if args.gpu_input:
+            batches = DeviceBatches(torch, dataset, args.batch_size, device, args.seed)
+            record["loader"] = {"kind": "device", "note": "batches assembled and augmented on the device, no DataLoader",
+                                "batches_per_epoch": len(dataset) // args.batch_size}
+        else:
+            loader = build_loader(torch, dataset, args, device)
+            record["loader"] = {"kind": "DataLoader", "num_workers": args.workers, "pin_memory": loader.pin_memory,
+                                "shuffle": True, "drop_last": True, "batches_per_epoch": len(loader),
+                                "persistent_workers": loader.persistent_workers,
+                                "prefetch_factor": loader.prefetch_factor if args.workers else None,
+                                "start_method": (torch.multiprocessing.get_start_method(allow_none=True)
+                                                 if args.workers else None)}
+            batches = Batches(loader)
+        prefetcher = PrefetchToDevice(torch, device, next(batches)) if args.prefetch_stream else None
 
-        model = build_model(torch).to(device)
+        memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+        model = build_model(torch).to(device, memory_format=memory_format)
         criterion = torch.nn.CrossEntropyLoss()
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                    weight_decay=args.weight_decay)
-        step = make_step(torch, batches, model, criterion, optimizer, device)
+                                    weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
+        step = make_step(torch, batches, model, criterion, optimizer, device, args, prefetcher)
 
         # Warm-up: worker start, cuDNN selection and allocator growth stay out of what is measured.
         t0 = time.perf_counter()

@@ -16,20 +16,26 @@ DOCUMENTED = [
     {"mode": "bench", "workers": 4},
     {"mode": "bench", "workers": 2, "batch_size": 256, "warmup_steps": 5, "bench_steps": 50,
      "data": "synthetic", "seed": 3, "repeat": 2, "trace_format": "json"},
+    {"mode": "bench", "workers": 2, "persistent_workers": True, "prefetch_factor": 4, "prefetch_stream": True,
+     "channels_last": True, "amp": "bf16", "fused_sgd": True},
+    {"mode": "profile", "gpu_input": True, "channels_last": True},
 ]
 
 
 @pytest.mark.parametrize("params", DOCUMENTED, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
 def test_resolved_command_parses_into_the_same_settings(params):
     """Polyaxon's resolved container command, read by train.py's own parser, gives the -P values."""
-    _, compiled = compile_polyaxonfile({k: str(v) for k, v in params.items()})
+    _, compiled = compile_polyaxonfile({k: str(v).lower() if isinstance(v, bool) else str(v)
+                                        for k, v in params.items()})
     container = compiled.run.container
     assert container.command == ["/bin/bash", "-c"]
     script = container.args[0]
     assert script.startswith("set -eu\n")
     settings = train.parse_settings(train_argv(script))
     expected = {"workers": 0, "batch_size": 128, "warmup_steps": 20, "bench_steps": 100, "data": "cifar10",
-                "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", **params}
+                "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "amp": "off",
+                "persistent_workers": False, "prefetch_factor": None, "prefetch_stream": False,
+                "gpu_input": False, "channels_last": False, "fused_sgd": False, **params}
     for key, value in expected.items():
         assert getattr(settings, key) == value, f"{key}: {getattr(settings, key)!r} != {value!r}"
     assert container.working_dir == "/plx-context/artifacts/RUN/uploads"
@@ -38,14 +44,16 @@ def test_resolved_command_parses_into_the_same_settings(params):
 
 def test_every_input_reaches_train_py():
     """No polyaxonfile input is silently dropped: each one is a train.py flag or a set-up switch."""
-    _, compiled = compile_polyaxonfile({"mode": "bench"})
+    everything = {"mode": "bench", "workers": "2", "repeat": "1", "prefetch_factor": "3", "persistent_workers": "true",
+                  "prefetch_stream": "true", "gpu_input": "true", "channels_last": "true", "fused_sgd": "true"}
+    _, compiled = compile_polyaxonfile(everything)
     script = compiled.run.container.args[0]
     flags = {a.dest for a in train.build_parser()._actions}
     for inp in compiled.inputs:
         if inp.name in ("polyaxon_version", "install"):
             continue
         assert inp.name in flags, f"input {inp.name} is no train.py flag"
-        assert inp.name == "repeat" or f"--{inp.name.replace('_', '-')} " in script, f"{inp.name} not passed"
+        assert f"--{inp.name.replace('_', '-')}" in script, f"{inp.name} not passed"
 
 
 def test_runtime_install_and_inventory_then_exec():

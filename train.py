@@ -147,6 +147,9 @@ def build_parser():
     p.add_argument("--amp", choices=["off", "bf16"], default="off",
                    help="autocast forward and loss to bfloat16 (default: off)")
     p.add_argument("--fused-sgd", action="store_true", help="torch's fused SGD kernel (default: off)")
+    p.add_argument("--compile", choices=["off", "default", "reduce-overhead", "max-autotune"], default="off",
+                   help="torch.compile the model with this mode; reduce-overhead replays CUDA graphs. Compilation "
+                        "happens in the warm-up, which must then be >= 3 steps (default: off)")
     p.add_argument("--repeat", type=non_negative_int, default=None,
                    help="index of this job in an alternating series; only recorded and tagged (default: none)")
     return p
@@ -161,6 +164,9 @@ def parse_settings(argv=None):
         parser.error("--persistent-workers and --prefetch-factor need --workers > 0 (they configure worker processes)")
     if args.gpu_input and args.workers:
         parser.error(f"--gpu-input builds batches on the device without a DataLoader: use --workers 0, not {args.workers}")
+    if args.compile != "off" and args.warmup_steps < 3:
+        parser.error(f"--compile {args.compile} compiles (and captures) during the warm-up: give --warmup-steps >= 3, "
+                     f"not {args.warmup_steps}, so none of it lands in the measured steps")
     if args.gpu_input and args.prefetch_stream:
         parser.error("--prefetch-stream has nothing to copy with --gpu-input (the data is already on the device)")
     return args
@@ -695,6 +701,8 @@ def main(argv=None):
 
         memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
         model = build_model(torch).to(device, memory_format=memory_format)
+        if args.compile != "off":
+            model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
         criterion = torch.nn.CrossEntropyLoss()
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                     weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
@@ -702,10 +710,16 @@ def main(argv=None):
 
         # Warm-up: worker start, cuDNN selection and allocator growth stay out of what is measured.
         t0 = time.perf_counter()
+        step_seconds = []
         for _ in range(args.warmup_steps):
             step()
+            if args.compile != "off":  # per-step times show compilation and capture; a sync is harmless here
+                synchronize(torch, device)
+                step_seconds.append(round(time.perf_counter() - t0 - sum(step_seconds), 4))
         synchronize(torch, device)
         record["warmup_seconds"] = time.perf_counter() - t0
+        if step_seconds:
+            record["warmup_step_seconds"] = step_seconds
 
         if args.mode == "profile":
             record["results"] = results = run_profile(torch, step, device, out_dir, args)

@@ -43,3 +43,16 @@ def test_gpu_bench_reports_a_rate(tmp_path):
     with open(os.path.join(outputs, "run.json")) as f:
         results = json.load(f)["results"]
     assert results["samples_per_sec"] == pytest.approx(10 * 32 / results["window_seconds"])
+
+
+def test_prefetch_stream_overlaps_the_copy_with_compute(tmp_path):
+    """--prefetch-stream: the H2D copies run on a side stream, under kernels of the main stream."""
+    proc = run_train(["--mode", "profile", "--workers", "4", "--prefetch-stream", *SMALL], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, outputs = single_run(tmp_path)
+    trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[-1]
+    events = [e for e in summarize.load_events(trace) if e.get("ph") == "X"]
+    copy_streams = {e["args"]["stream"] for e in events if e.get("cat") == "gpu_memcpy" and "HtoD" in e["name"]}
+    kernel_streams = {e["args"]["stream"] for e in events if e.get("cat") == "kernel"}
+    assert copy_streams and not copy_streams & kernel_streams, (copy_streams, kernel_streams)
+    assert summarize.summarize_file(trace)["window"]["h2d"]["overlapped_with_kernels_us"] > 0

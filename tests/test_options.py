@@ -16,6 +16,8 @@ BAD_COMBINATIONS = [
     (["--workers", "2", "--prefetch-factor", "0"], "--prefetch-factor"),
     (["--gpu-input", "--prefetch-stream"], "--prefetch-stream"),
     (["--amp", "fp8"], "--amp"),
+    (["--compile", "reduce-overhead", "--warmup-steps", "2"], "--warmup-steps"),
+    (["--compile", "turbo"], "--compile"),
 ]
 
 

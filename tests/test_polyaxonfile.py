@@ -17,7 +17,7 @@ DOCUMENTED = [
     {"mode": "bench", "workers": 2, "batch_size": 256, "warmup_steps": 5, "bench_steps": 50,
      "data": "synthetic", "seed": 3, "repeat": 2, "trace_format": "json"},
     {"mode": "bench", "workers": 2, "persistent_workers": True, "prefetch_factor": 4, "prefetch_stream": True,
-     "channels_last": True, "amp": "bf16", "fused_sgd": True},
+     "channels_last": True, "amp": "bf16", "fused_sgd": True, "compile": "reduce-overhead"},
     {"mode": "profile", "gpu_input": True, "channels_last": True},
 ]
 
@@ -33,7 +33,7 @@ def test_resolved_command_parses_into_the_same_settings(params):
     assert script.startswith("set -eu\n")
     settings = train.parse_settings(train_argv(script))
     expected = {"workers": 0, "batch_size": 128, "warmup_steps": 20, "bench_steps": 100, "data": "cifar10",
-                "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "amp": "off",
+                "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "amp": "off", "compile": "off",
                 "persistent_workers": False, "prefetch_factor": None, "prefetch_stream": False,
                 "gpu_input": False, "channels_last": False, "fused_sgd": False, **params}
     for key, value in expected.items():

@@ -112,7 +112,9 @@ def bootstrap_ratio(base, other, resamples=BOOTSTRAP, seed=0):
 
 
 def label(key):
-    return ", ".join(f"{k}={v}" for k, v in key) or "all runs"
+    """The group's settings; switched-off options (False, None, "off") are left out of the name."""
+    shown = [f"{k}={v}" for k, v in key if v not in (False, None, "off")]
+    return ", ".join(shown) or ("defaults" if key else "all runs")
 
 
 def compare_records(records, baseline=None):

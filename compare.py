@@ -113,7 +113,7 @@ def bootstrap_ratio(base, other, resamples=BOOTSTRAP, seed=0):
 
 def label(key):
     """The group's settings; switched-off options (False, None, "off") are left out of the name."""
-    shown = [f"{k}={v}" for k, v in key if v not in (False, None, "off")]
+    shown = [f"{k}={v}" for k, v in key if not (v is False or v is None or v == "off")]  # 0 is shown
     return ", ".join(shown) or ("defaults" if key else "all runs")
 
 
@@ -292,7 +292,8 @@ def write_outputs(result, out_dir):
 def log_to_polyaxon(paths):
     """Inside a Polyaxon run: the picture as an image, the tables as artifacts."""
     from polyaxon import tracking
-    tracking.init()
+    from train import managed_identity
+    tracking.init(**managed_identity())
     tracking.log_image(data=paths["png"], name="comparison")
     for kind in ("markdown", "csv", "json"):
         tracking.log_artifact(path=paths[kind], name=f"comparison-{kind}")

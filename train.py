@@ -298,6 +298,15 @@ def is_managed():
         os.environ.get("POLYAXON_IS_MANAGED", "").lower() in ("1", "true", "yes")
 
 
+def managed_identity():
+    """owner, project and run uuid from POLYAXON_RUN_INSTANCE (owner.project.runs.uuid), passed explicitly
+    so that no client cache on the machine can point tracking at another run."""
+    parts = os.environ.get("POLYAXON_RUN_INSTANCE", "").split(".")
+    if len(parts) == 4 and parts[2] == "runs":
+        return {"owner": parts[0], "project": parts[1], "run_uuid": parts[3]}
+    return {}
+
+
 def start_tracking(args):
     """Polyaxon tracking: the managed run inside Polyaxon, an offline run everywhere else."""
     managed = is_managed()
@@ -309,7 +318,7 @@ def start_tracking(args):
     except ImportError as e:
         raise UserError(f"polyaxon is not installed ({e}): pip install -r requirements.txt") from e
     if managed:
-        tracking.init()
+        tracking.init(**managed_identity())
     else:
         tags = [args.mode, f"workers={args.workers}"]
         if args.repeat is not None:

@@ -99,7 +99,8 @@ class Sandbox:
 
     def env(self, **extra):
         env = {k: v for k, v in os.environ.items() if not k.startswith("POLYAXON_")}
-        env.update(POLYAXON_HOME=self.home, POLYAXON_DISABLE_ERRORS_REPORTING="true",
+        # HOME too: the client keeps a run/project cache under ~/.polyaxon whatever POLYAXON_HOME says.
+        env.update(HOME=self.home, POLYAXON_HOME=self.home, POLYAXON_DISABLE_ERRORS_REPORTING="true",
                    POLYAXON_UI_OFFLINE="true", POLYAXON_UI_IN_SANDBOX="true", COLUMNS="500",
                    POLYAXON_TRACKING_FLUSH_DELAY="0", PATH=BIN + os.pathsep + env.get("PATH", ""))
         env.update(extra)

@@ -132,3 +132,20 @@ def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, 
     assert [(g["group"], g["n"]) for g in result["groups"]] == [("workers=0", 1), ("workers=1", 2)]
     assert len(result["left_out"]) == 1
     assert result["groups"][0]["environment"]["gpu"] == ["cpu"], "run.json was downloaded from the server"
+
+
+def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, tmp_path):
+    """Run as a Polyaxon run, compare.py logs its PNG as an image event and its tables as artifacts."""
+    sandbox.cli("project", "create", "--name", "cmp")
+    client = sandbox.run_client("cmp")
+    run = client.create(name="compare-study")
+    env = sandbox.env(POLYAXON_RUN_INSTANCE=f"default.cmp.runs.{run.uuid}", POLYAXON_IS_MANAGED="true",
+                      POLYAXON_CONTEXT_ROOT=sandbox.context)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "--offline", str(offline_study),
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    store = os.path.join(sandbox.store, run.uuid)
+    images = [f for d, _, fs in os.walk(store) for f in fs if "comparison" in f and "image" in d]
+    assert images, f"no image event under {store}: {list(os.walk(store))}"
+    lineage = sandbox.cli("ops", "get", "-p", "cmp", "-uid", run.uuid, "-o", "json")
+    assert run.uuid in lineage.stdout

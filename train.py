@@ -694,6 +694,8 @@ def main(argv=None):
         record["input_transform"] = repr(transform)
         dataset, record["data"] = build_dataset(args, transform)
         if args.gpu_input:
+            record["input_transform"] = (f"on the device, batched (train.augment): RandomCrop(32, padding=4, fill=0), "
+                                         f"RandomHorizontalFlip(p=0.5), /255, Normalize({CIFAR10_MEAN}, {CIFAR10_STD})")
             batches = DeviceBatches(torch, dataset, args.batch_size, device, args.seed)
             record["loader"] = {"kind": "device", "note": "batches assembled and augmented on the device, no DataLoader",
                                 "batches_per_epoch": len(dataset) // args.batch_size}

@@ -95,14 +95,18 @@ def test_outputs_written_and_the_plot_is_a_png(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def offline_study(tmp_path_factory, bench_run, profile_run):
-    """Real offline runs: bench workers 0 (shared fixture) and twice workers 1, plus a profile run."""
+def offline_study(tmp_path_factory, profile_run):
+    """Real offline runs: bench workers 0 once and workers 1 twice, plus a copy of the profile run.
+
+    The bench runs are this module's own: a run uuid can live in one server project only, and
+    test_server_e2e pushes the shared bench run to another.
+    """
     root = tmp_path_factory.mktemp("study")
     os.makedirs(root / "runs")
-    for run in (bench_run, profile_run):
-        shutil.copytree(os.path.join(run["root"], "runs", run["uuid"]), root / "runs" / run["uuid"])
-    for repeat in (1, 2):
-        proc = run_train(["--mode", "bench", "--bench-steps", "3", "--workers", "1", "--repeat", str(repeat), *TINY], root)
+    shutil.copytree(os.path.join(profile_run["root"], "runs", profile_run["uuid"]), root / "runs" / profile_run["uuid"])
+    for workers, repeat in ((0, 1), (1, 1), (1, 2)):
+        proc = run_train(["--mode", "bench", "--bench-steps", "3", "--workers", str(workers), "--repeat", str(repeat),
+                          *TINY], root)
         assert proc.returncode == 0, proc.stderr
     return root
 

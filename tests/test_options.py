@@ -47,6 +47,7 @@ def test_options_are_recorded_in_run_json_and_polyaxon_inputs(tmp_path):
     s = record["settings"]
     assert (s["gpu_input"], s["channels_last"], s["amp"], s["fused_sgd"]) == (True, True, "bf16", True)
     assert record["loader"]["kind"] == "device" and record["results"]["samples_per_sec"] > 0
+    assert record["input_transform"].startswith("on the device"), "run.json must say which transform ran"
     inputs = load_offline_run(tmp_path, uuid)["inputs"]
     assert inputs["gpu_input"] is True and inputs["amp"] == "bf16"
 

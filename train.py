@@ -650,7 +650,7 @@ def set_threads(torch, budget):
 
 def main(argv=None):
     args = parse_settings(argv)
-    settings = {k: v for k, v in vars(args).items()}
+    settings = dict(vars(args))
 
     import numpy as np
     import torch

@@ -9,13 +9,15 @@ shift $(( $# < 4 ? $# : 4 ))
 export POLYAXON_OFFLINE_ROOT=$root POLYAXON_TRACKING_FLUSH_DELAY=0 PYTHONUNBUFFERED=1
 PIN=${PIN-taskset -c 0-3}
 PY=${PY:-python3}
-CONFIGS=(
+# CONFIGS='a;b;c' replaces the list below.
+DEFAULT_CONFIGS=(
   "--workers 4"
   "--workers 4 --prefetch-stream"
   "--gpu-input"
   "--gpu-input --channels-last --amp bf16 --fused-sgd"
   "--gpu-input --channels-last --amp bf16 --fused-sgd --compile reduce-overhead"
 )
+if [ -n "${CONFIGS:-}" ]; then IFS=';' read -r -a CONFIGS <<< "$CONFIGS"; else CONFIGS=("${DEFAULT_CONFIGS[@]}"); fi
 modes=()
 for repeat in $(seq "$first" "$last"); do modes+=("bench $repeat"); done
 [ "$profile" = profile ] && modes+=("profile -")

@@ -156,23 +156,27 @@ def extract(events):
 
 # --------------------------------------------------------------------------- figures
 
-def figures(wall, span, scopes, gpu, runtime, has_gpu):
-    """The figures of one stretch of time: span is a list of [start, end) step intervals."""
+def figures(wall, span, timeline, mine, runtime, has_gpu):
+    """The figures of one stretch of time: span is a list of [start, end) step intervals.
+
+    timeline: the whole trace's merged intervals (scopes, GPU busy, kernels), built once;
+    mine: the GPU events launched by this stretch's CPU calls; runtime: its CUDA API calls.
+    """
+    scopes = timeline["scopes"]
     out = {"wall_us": wall,
-           "scopes_cpu_us": {n: total(intersect(union(scopes.get(n, [])), span)) for n in SCOPES}}
+           "scopes_cpu_us": {n: total(intersect(scopes[n], span)) for n in SCOPES}}
     if not has_gpu:
         out.update(gpu_busy_us=None, gpu_idle_us=None, gpu_idle_share=None, input_gap_us=None,
                    input_gap_share=None, h2d=None, kernels=None, launch_cpu_us=None,
                    launch_to_busy=None, sync=None, gpu_null_reason=NO_GPU)
         return out
-    busy_all = union([[s, e] for _, _, s, e, _, _, _ in gpu["events"]])
+    busy_all = timeline["busy"]
     busy = intersect(busy_all, span)
     idle = [iv for a, b in span for iv in complement(busy_all, a, b)]
     busy_us, idle_us = total(busy), total(idle)
-    gap_us = total(intersect(union(idle), union(scopes.get(NEXT_BATCH, []))))
-    kernels_all = union([[s, e] for c, _, s, e, _, _, _ in gpu["events"] if c == "kernel"])
+    gap_us = total(intersect(union(idle), scopes[NEXT_BATCH]))
+    kernels_all = timeline["kernels"]
 
-    mine = gpu["mine"]  # GPU events launched by this stretch's CPU calls
     kernels = [e - s for c, _, s, e, _, _, _ in mine if c == "kernel"]
     h2d = [(s, e, b) for c, n, s, e, _, _, b in mine if c == "gpu_memcpy" and "HtoD" in n]
     h2d_intervals = union([[s, e] for s, e, _ in h2d])
@@ -218,14 +222,13 @@ def summarize_events(events, name="trace"):
             num = next((k for k, a, b in steps if a <= ev[2] < b), None)
         if num is not None:
             gpu_by_step[num].append(ev)
-    per_step = []
-    for num, a, b in steps:
-        f = figures(b - a, [[a, b]], scopes, {"events": gpu, "mine": gpu_by_step[num]},
-                    runtime_by_step[num], has_gpu)
-        per_step.append({"step": num, **f})
-    span = [[a, b] for _, a, b in steps]
-    window = figures(sum(b - a for _, a, b in steps), span, scopes,
-                     {"events": gpu, "mine": [ev for k in gpu_by_step for ev in gpu_by_step[k]]},
+    timeline = {"scopes": {n: union(scopes.get(n, [])) for n in SCOPES},
+                "busy": union([[s, e] for _, _, s, e, _, _, _ in gpu]),
+                "kernels": union([[s, e] for c, _, s, e, _, _, _ in gpu if c == "kernel"])}
+    per_step = [{"step": num, **figures(b - a, [[a, b]], timeline, gpu_by_step[num], runtime_by_step[num], has_gpu)}
+                for num, a, b in steps]
+    window = figures(sum(b - a for _, a, b in steps), [[a, b] for _, a, b in steps], timeline,
+                     [ev for k in gpu_by_step for ev in gpu_by_step[k]],
                      [r for k in runtime_by_step for r in runtime_by_step[k]], has_gpu)
     window["steps"] = len(steps)
     window["median_step_us"] = statistics.median(b - a for _, a, b in steps)

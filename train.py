@@ -13,6 +13,9 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     python train.py --mode bench --workers 4
     # no network: a CIFAR-shaped synthetic set through the same PIL transforms
     python train.py --mode bench --workers 4 --data synthetic
+    # the candidate fixes (README): e.g. the whole step as CUDA graphs, bf16, NHWC, fused kernels
+    python train.py --mode bench --gpu-input --cuda-graph --compile default --cudnn-benchmark \
+        --channels-last --amp bf16 --fused-sgd
     # CPU only, tiny
     python train.py --mode profile --device cpu --data synthetic --batch-size 8 --warmup-steps 2
 
@@ -33,6 +36,7 @@ import random
 import sys
 import time
 import traceback
+from contextlib import nullcontext
 from datetime import datetime, timezone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -147,9 +151,18 @@ def build_parser():
     p.add_argument("--amp", choices=["off", "bf16"], default="off",
                    help="autocast forward and loss to bfloat16 (default: off)")
     p.add_argument("--fused-sgd", action="store_true", help="torch's fused SGD kernel (default: off)")
-    p.add_argument("--compile", choices=["off", "default", "reduce-overhead", "max-autotune"], default="off",
-                   help="torch.compile the model with this mode; reduce-overhead replays CUDA graphs. Compilation "
-                        "happens in the warm-up, which must then be >= 3 steps (default: off)")
+    p.add_argument("--compile", choices=["off", "default", "reduce-overhead", "max-autotune",
+                                         "max-autotune-no-cudagraphs"], default="off",
+                   help="torch.compile the model with this mode; reduce-overhead and max-autotune replay CUDA "
+                        "graphs of their own; max-autotune* time kernel choices while compiling (minutes). "
+                        "Compilation happens in the warm-up, which must then be >= 3 steps (default: off)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="capture each scope's GPU work (batch assembly, layout, forward+backward, optimizer) once "
+                        "as CUDA graphs at the end of the warm-up and replay them every step; bench mode then "
+                        "also measures the GPU time per step (needs CUDA, --gpu-input, --warmup-steps >= 3; "
+                        "combine with --compile default for fused kernels) (default: off)")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="let cuDNN time its convolution algorithms during the warm-up (default: off)")
     p.add_argument("--repeat", type=non_negative_int, default=None,
                    help="index of this job in an alternating series; only recorded and tagged (default: none)")
     return p
@@ -169,6 +182,16 @@ def parse_settings(argv=None):
                      f"not {args.warmup_steps}, so none of it lands in the measured steps")
     if args.gpu_input and args.prefetch_stream:
         parser.error("--prefetch-stream has nothing to copy with --gpu-input (the data is already on the device)")
+    if args.cuda_graph:
+        if not args.gpu_input:
+            parser.error("--cuda-graph captures the batch assembly too, which only --gpu-input does on the device: "
+                         "add --gpu-input")
+        if args.compile in ("reduce-overhead", "max-autotune"):
+            parser.error(f"--cuda-graph with --compile {args.compile}: that mode captures CUDA graphs of its own, "
+                         "which cannot nest in the step's graphs; use --compile default")
+        if args.warmup_steps < 3:
+            parser.error(f"--cuda-graph warms up eagerly, captures and replays during the warm-up: give "
+                         f"--warmup-steps >= 3, not {args.warmup_steps}")
     return args
 
 
@@ -176,6 +199,12 @@ def check_device_options(args, device):
     """Options that only make sense on CUDA, refused once the device is known."""
     if args.prefetch_stream and device.type != "cuda":
         raise UserError("--prefetch-stream overlaps host-to-device copies with compute: it needs a CUDA device")
+    if args.cuda_graph and device.type != "cuda":
+        raise UserError("--cuda-graph captures CUDA graphs: it needs a CUDA device")
+    import torch
+    if args.cuda_graph and not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+        raise UserError(f"--cuda-graph replays the augmentation's own seeded generator, which needs "
+                        f"CUDAGraph.register_generator_state (torch >= 2.5); this is torch {torch.__version__}")
 
 
 # --------------------------------------------------------------------------- machine facts
@@ -418,6 +447,8 @@ class DeviceBatches:
 
     Draws what the PIL chain draws: crop offsets uniform over 9x9, flip with probability 1/2, the
     same padding value (0 before normalization) and the same normalization; shuffled epochs.
+    Two ways to the same batches: next() slices the epoch's order at a host position;
+    assemble_at_cursor() reads the position from a device counter, so that --cuda-graph can capture it.
     """
 
     def __init__(self, torch, dataset, batch_size, device, seed):
@@ -432,11 +463,15 @@ class DeviceBatches:
         self.generator.manual_seed(seed)
         self.mean = torch.tensor(CIFAR10_MEAN, device=device).view(1, 3, 1, 1)
         self.std = torch.tensor(CIFAR10_STD, device=device).view(1, 3, 1, 1)
+        self.order = torch.empty(len(self.data), dtype=torch.long, device=device)
+        self.cursor = torch.zeros(1, dtype=torch.long, device=device)  # position, for captured assembly
+        self.offsets = torch.arange(batch_size, device=device)
         self.epoch_restarts = -1
         self._new_epoch()
 
     def _new_epoch(self):
-        self.order = self.torch.randperm(len(self.data), device=self.device, generator=self.generator)
+        # In place: a captured graph holds the address of self.order.
+        self.order.copy_(self.torch.randperm(len(self.data), device=self.device, generator=self.generator))
         self.position = 0
         self.epoch_restarts += 1
 
@@ -444,12 +479,33 @@ class DeviceBatches:
         return self
 
     def __next__(self):
-        if self.position + self.batch_size > len(self.order):  # drop_last, as the DataLoader does
+        self.advance()
+        index = self.order[self.position - self.batch_size:self.position]
+        return self._batch(index)
+
+    def advance(self):
+        """Host side of a step: start a new epoch when this one cannot fill a batch (drop_last)."""
+        if self.position + self.batch_size > len(self.order):
             self._new_epoch()
-        index = self.order[self.position:self.position + self.batch_size]
+            self.cursor.zero_()
         self.position += self.batch_size
-        images, _, _ = augment(self.torch, self.data[index], self.generator, self.mean, self.std)
-        return images, self.targets[index]
+
+    def sync_cursor(self):
+        """Point the device counter at the host position (before a capture)."""
+        self.cursor.fill_(self.position)
+
+    def assemble_at_cursor(self):
+        """The batch at the device counter, which it then advances: no host value in it, so capturable.
+
+        The caller runs advance() on the host before each replay, which keeps epochs turning over.
+        """
+        index = self.order.index_select(0, self.cursor + self.offsets)
+        self.cursor.add_(self.batch_size)
+        return self._batch(index)
+
+    def _batch(self, index):
+        images, _, _ = augment(self.torch, self.data.index_select(0, index), self.generator, self.mean, self.std)
+        return images, self.targets.index_select(0, index)
 
 
 def augment(torch, images_uint8, generator, mean, std, padding=4):
@@ -502,13 +558,20 @@ def build_model(torch):
     return model
 
 
+def precision(torch, device, args):
+    """The memory format and the autocast context of the step, settled once."""
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    if args.amp != "bf16":
+        return memory_format, nullcontext
+    # A captured graph must not keep autocast's cache of cast weights (torch.cuda.graph's docs).
+    return memory_format, lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                                                 cache_enabled=not args.cuda_graph)
+
+
 def make_step(torch, batches, model, criterion, optimizer, device, args, prefetcher=None):
-    from contextlib import nullcontext
     from torch.profiler import record_function
 
-    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
-    autocast = (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)) \
-        if args.amp == "bf16" else nullcontext
+    memory_format, autocast = precision(torch, device, args)
 
     def step():
         # No synchronization here: CUDA work runs on after its launching scope ends.
@@ -534,9 +597,129 @@ def make_step(torch, batches, model, criterion, optimizer, device, args, prefetc
     return step
 
 
+def capture_step(torch, batches, model, criterion, optimizer, device, args):
+    """--cuda-graph: each scope's GPU work captured once, then the step replays the graphs.
+
+    One graph per scope, so the four scopes stay in the trace, each around its replay; the graphs
+    share one memory pool and replay in capture order. Static buffers: the batch, the loss, the
+    gradients and the optimizer state keep their addresses from one replay to the next. The
+    augmentation's generator is registered with the batch graph, so every replay draws new numbers.
+    What a replay hides from the trace: the per-operator CPU launches (one cudaGraphLaunch per
+    scope instead) and the epoch turnover, which stays on the host, outside the graphs.
+    """
+    from torch.profiler import record_function
+
+    memory_format, autocast = precision(torch, device, args)
+    pool = torch.cuda.graph_pool_handle()
+    graphs = {}
+
+    def capture(scope, work, generators=()):
+        graph = torch.cuda.CUDAGraph()
+        for generator in generators:
+            graph.register_generator_state(generator)
+        with torch.cuda.graph(graph, pool=pool):
+            result = work()
+        graphs[scope] = graph
+        return result
+
+    t0 = time.perf_counter()
+    batches.sync_cursor()
+    images, targets = capture(NEXT_BATCH, batches.assemble_at_cursor, [batches.generator])
+    if args.channels_last:  # the only device work of input/to_device when the batch is born on the device
+        images = capture(TO_DEVICE, lambda: images.contiguous(memory_format=memory_format))
+    # Gradients set to None before the capture are allocated inside it: every replay writes them anew.
+    optimizer.zero_grad(set_to_none=True)
+
+    def forward_backward():
+        with autocast():
+            loss = criterion(model(images), targets)
+        loss.backward()
+        return loss
+
+    loss = capture(FORWARD_BACKWARD, forward_backward)
+    capture(OPTIMIZER, optimizer.step)
+    capture_seconds = time.perf_counter() - t0
+
+    def replay_all():
+        batches.advance()
+        for graph in graphs.values():
+            graph.replay()
+
+    def step():
+        with record_function(NEXT_BATCH):
+            batches.advance()
+            graphs[NEXT_BATCH].replay()
+        with record_function(TO_DEVICE):
+            if TO_DEVICE in graphs:
+                graphs[TO_DEVICE].replay()
+        with record_function(FORWARD_BACKWARD):
+            graphs[FORWARD_BACKWARD].replay()
+        with record_function(OPTIMIZER):
+            graphs[OPTIMIZER].replay()
+        return loss
+
+    step.replay_all = replay_all
+    step.capture = {"seconds": round(capture_seconds, 3), "graphs": list(graphs)}
+    return step
+
+
+def gpu_time_per_step(torch, replay_all, steps=50, head_start_cycles=200_000_000):
+    """The graphs' own GPU time per step, with the host out of the way: the kernel-time limit.
+
+    A GPU-side sleep holds the stream while the host queues every replay; the events then time
+    back-to-back replays. If the sleep ended before the host had queued them all, the GPU may have
+    waited for the host, and the result says so.
+    """
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(head_start_cycles)  # about 0.1 s at 2 GHz; far longer than queueing the replays
+    start.record()
+    for _ in range(steps):
+        replay_all()
+    end.record()
+    queued_in_time = not start.query()  # the GPU had not reached the first replay when the last was queued
+    end.synchronize()
+    ms = start.elapsed_time(end) / steps
+    return {"gpu_ms_per_step": ms, "replayed_steps": steps, "queued_before_gpu_started": queued_in_time}
+
+
 def synchronize(torch, device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def warm_up(torch, step, device, args, capture):
+    """Warm-up steps: worker start, cuDNN selection, compilation and capture stay out of what is measured.
+
+    With --cuda-graph the steps before the last run eagerly on a side stream (as torch.cuda.graph's
+    docs ask before a capture), then the step is captured and the last warm-up step is its first
+    replay. Returns the warm-up time, the per-step times where compiling or capturing makes them
+    worth a sync per step (else None), and the step to measure.
+    """
+    timed = args.compile != "off" or args.cuda_graph
+    eager_steps = args.warmup_steps - 1 if args.cuda_graph else args.warmup_steps
+    side = torch.cuda.Stream(device=device) if args.cuda_graph else None
+    step_seconds = []
+    t0 = time.perf_counter()
+
+    def lap():
+        if timed:  # a sync per step is harmless here: nothing is measured yet
+            synchronize(torch, device)
+            step_seconds.append(round(time.perf_counter() - t0 - sum(step_seconds), 4))
+
+    if side is not None:
+        side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side) if side is not None else nullcontext():
+        for _ in range(eager_steps):
+            step()
+            lap()
+    if side is not None:
+        torch.cuda.current_stream(device).wait_stream(side)
+        step = capture()
+        step()
+        lap()
+    synchronize(torch, device)
+    return time.perf_counter() - t0, (step_seconds or None), step
 
 
 # --------------------------------------------------------------------------- the two modes
@@ -614,7 +797,7 @@ def run_bench(torch, step, device, batches, args):
         loss = step()
     synchronize(torch, device)
     seconds = time.perf_counter() - t0
-    return {
+    results = {
         "samples_per_sec": args.bench_steps * args.batch_size / seconds,
         "window_seconds": seconds,
         "window_steps": args.bench_steps,
@@ -622,6 +805,14 @@ def run_bench(torch, step, device, batches, args):
         "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
         "loss_after_window": float(loss.item()),
     }
+    if args.cuda_graph:
+        # After the window, never in it: these replays train on, but are timed by events alone.
+        limit = gpu_time_per_step(torch, step.replay_all)
+        limit["gpu_limit_samples_per_sec"] = args.batch_size / (limit["gpu_ms_per_step"] / 1000)
+        limit["share_of_gpu_limit"] = results["samples_per_sec"] / limit["gpu_limit_samples_per_sec"]
+        results["kernel_time_limit"] = limit
+        results.update({k: limit[k] for k in ("gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit")})
+    return results
 
 
 # --------------------------------------------------------------------------- main
@@ -711,6 +902,7 @@ def main(argv=None):
         prefetcher = PrefetchToDevice(torch, device, next(batches)) if args.prefetch_stream else None
 
         memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
         model = build_model(torch).to(device, memory_format=memory_format)
         if args.compile != "off":
             model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
@@ -718,19 +910,10 @@ def main(argv=None):
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                     weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
         step = make_step(torch, batches, model, criterion, optimizer, device, args, prefetcher)
-
-        # Warm-up: worker start, cuDNN selection and allocator growth stay out of what is measured.
-        t0 = time.perf_counter()
-        step_seconds = []
-        for _ in range(args.warmup_steps):
-            step()
-            if args.compile != "off":  # per-step times show compilation and capture; a sync is harmless here
-                synchronize(torch, device)
-                step_seconds.append(round(time.perf_counter() - t0 - sum(step_seconds), 4))
-        synchronize(torch, device)
-        record["warmup_seconds"] = time.perf_counter() - t0
-        if step_seconds:
-            record["warmup_step_seconds"] = step_seconds
+        record["warmup_seconds"], record["warmup_step_seconds"], step = warm_up(
+            torch, step, device, args, lambda: capture_step(torch, batches, model, criterion, optimizer, device, args))
+        if args.cuda_graph:
+            record["cuda_graph"] = step.capture
 
         if args.mode == "profile":
             record["results"] = results = run_profile(torch, step, device, out_dir, args)
@@ -745,10 +928,15 @@ def main(argv=None):
                             for k, v in c["evidence"].items() if v is not None})
         else:
             record["results"] = results = run_bench(torch, step, device, batches, args)
-            outputs = {k: results[k] for k in ("samples_per_sec", "window_seconds", "window_steps")}
+            outputs = {k: results[k] for k in ("samples_per_sec", "window_seconds", "window_steps",
+                                               "gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit")
+                       if k in results}
+            limit = (f"; GPU limit {results['gpu_limit_samples_per_sec']:.1f} samples/s "
+                     f"({results['gpu_ms_per_step']:.3f} ms/step), {results['share_of_gpu_limit']:.1%} of it"
+                     if args.cuda_graph else "")
             print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
                   f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
-                  f"workers {args.workers})")
+                  f"workers {args.workers}){limit}")
         record["epoch_restarts"] = batches.epoch_restarts
         record["status"] = "succeeded"
     except (Exception, KeyboardInterrupt) as e:

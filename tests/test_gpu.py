@@ -60,3 +60,56 @@ def test_prefetch_stream_overlaps_the_copy_with_compute(tmp_path):
     kernel_streams = {e["args"]["stream"] for e in events if e.get("cat") == "kernel"}
     assert copy_streams and not copy_streams & kernel_streams, (copy_streams, kernel_streams)
     assert all(st["h2d"]["count"] == 2 for st in summarize.summarize_file(trace)["steps"])
+
+
+def test_captured_batch_assembly_draws_what_eager_draws():
+    """--cuda-graph: each replay of the captured assembly draws new crops and flips, the same ones the
+    eager path draws from the same seed, and epochs turn over on the host between replays."""
+    cuda = torch.device("cuda")
+    ds = train.SyntheticCIFAR10(transform=None, size=1000)  # 15 batches of 64 per epoch
+    eager = train.DeviceBatches(torch, ds, 64, cuda, seed=3)
+    graphed = train.DeviceBatches(torch, ds, 64, cuda, seed=3)
+    expected = [tuple(t.clone() for t in next(eager)) for _ in range(20)]
+    graphed.sync_cursor()
+    graph = torch.cuda.CUDAGraph()
+    graph.register_generator_state(graphed.generator)
+    with torch.cuda.graph(graph):
+        images, targets = graphed.assemble_at_cursor()
+    got = []
+    for _ in range(20):
+        graphed.advance()
+        graph.replay()
+        got.append((images.clone(), targets.clone()))
+    assert graphed.epoch_restarts == eager.epoch_restarts == 1
+    for i, ((ei, et), (gi, gt)) in enumerate(zip(expected, got)):
+        assert torch.equal(et, gt) and torch.equal(ei, gi), f"replay {i} differs from the eager batch"
+    assert not torch.equal(got[0][0], got[1][0]), "a replay must draw new numbers, not repeat the captured ones"
+
+
+def test_cuda_graph_bench_reports_its_kernel_time_limit(tmp_path):
+    """--cuda-graph bench: a rate, the GPU time per step of the replays, and the share of that limit."""
+    proc = run_train(["--mode", "bench", "--bench-steps", "20", "--gpu-input", "--cuda-graph", "--channels-last",
+                      "--amp", "bf16", "--fused-sgd", *SMALL], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, outputs = single_run(tmp_path)
+    with open(os.path.join(outputs, "run.json")) as f:
+        record = json.load(f)
+    results = record["results"]
+    assert record["cuda_graph"]["graphs"] == list(train.SCOPES), "one graph per scope"
+    assert results["kernel_time_limit"]["queued_before_gpu_started"], "the limit must time the GPU alone"
+    assert 0 < results["share_of_gpu_limit"] <= 1.05, results
+    assert results["gpu_limit_samples_per_sec"] == pytest.approx(32 / (results["gpu_ms_per_step"] / 1000))
+    assert len(record["warmup_step_seconds"]) == 3 and results["loss_after_window"] > 0
+
+
+def test_cuda_graph_profile_keeps_the_four_scopes(tmp_path):
+    """Replayed graphs: the four scopes still on the CPU thread, the kernels still on the GPU tracks."""
+    proc = run_train(["--mode", "profile", "--gpu-input", "--cuda-graph", "--compile", "default", *SMALL], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, outputs = single_run(tmp_path)
+    trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[-1]
+    events = [e for e in summarize.load_events(trace) if e.get("ph") == "X"]
+    assert set(train.SCOPES) <= {e["name"] for e in events if e.get("cat") == "user_annotation"}
+    assert any(e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"] for e in events)
+    ev = summarize.summarize_file(trace)
+    assert ev["window"]["kernels"]["count"] > 50 and all(s["h2d"]["count"] == 0 for s in ev["steps"])

@@ -18,6 +18,10 @@ BAD_COMBINATIONS = [
     (["--amp", "fp8"], "--amp"),
     (["--compile", "reduce-overhead", "--warmup-steps", "2"], "--warmup-steps"),
     (["--compile", "turbo"], "--compile"),
+    (["--cuda-graph"], "--gpu-input"),
+    (["--cuda-graph", "--gpu-input", "--compile", "reduce-overhead"], "--compile default"),
+    (["--cuda-graph", "--gpu-input", "--compile", "max-autotune"], "--compile default"),
+    (["--cuda-graph", "--gpu-input", "--warmup-steps", "2"], "--warmup-steps"),
 ]
 
 
@@ -36,20 +40,30 @@ def test_prefetch_stream_without_cuda_is_refused(tmp_path):
     assert not (tmp_path / "offline" / "runs").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_graph_without_cuda_is_refused(tmp_path):
+    proc = run_train(["--mode", "bench", "--gpu-input", "--cuda-graph", *TINY[:-1], "3"], tmp_path / "offline",
+                     timeout=120)
+    assert proc.returncode == 2 and "needs a CUDA device" in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert not (tmp_path / "offline" / "runs").exists()
+
+
 def test_options_are_recorded_in_run_json_and_polyaxon_inputs(tmp_path):
     """A CPU bench run with device-side input, NHWC, bf16 autocast and fused SGD; all of it recorded."""
     proc = run_train(["--mode", "bench", "--bench-steps", "2", "--gpu-input", "--channels-last", "--amp", "bf16",
-                      "--fused-sgd", *TINY], tmp_path, timeout=300)
+                      "--fused-sgd", "--cudnn-benchmark", *TINY], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     uuid, outputs = single_run(tmp_path)
     with open(os.path.join(outputs, "run.json")) as f:
         record = json.load(f)
     s = record["settings"]
-    assert (s["gpu_input"], s["channels_last"], s["amp"], s["fused_sgd"]) == (True, True, "bf16", True)
+    assert (s["gpu_input"], s["channels_last"], s["amp"], s["fused_sgd"], s["cudnn_benchmark"], s["cuda_graph"]) == \
+        (True, True, "bf16", True, True, False)
     assert record["loader"]["kind"] == "device" and record["results"]["samples_per_sec"] > 0
     assert record["input_transform"].startswith("on the device"), "run.json must say which transform ran"
     inputs = load_offline_run(tmp_path, uuid)["inputs"]
-    assert inputs["gpu_input"] is True and inputs["amp"] == "bf16"
+    assert inputs["gpu_input"] is True and inputs["amp"] == "bf16" and inputs["cudnn_benchmark"] is True
+    assert "share_of_gpu_limit" not in record["results"], "the kernel-time limit is measured with --cuda-graph only"
 
 
 def test_dataloader_knobs_reach_the_loader(tmp_path):
@@ -99,3 +113,22 @@ def test_device_batches_shuffle_and_restart_epochs():
     assert all(t.shape == (4,) for t in seen) and batches.epoch_restarts == 2
     images, _ = next(batches)
     assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32
+
+
+def test_capturable_assembly_gives_the_eager_batches():
+    """The device-counter path that --cuda-graph captures yields the batches of the eager path, epochs included."""
+    ds = train.SyntheticCIFAR10(transform=None, size=10)
+    eager = train.DeviceBatches(torch, ds, 4, torch.device("cpu"), seed=5)
+    counted = train.DeviceBatches(torch, ds, 4, torch.device("cpu"), seed=5)
+    for i in range(7):  # 2 batches per epoch: crosses three epoch ends
+        e_images, e_targets = next(eager)
+        if i == 3:
+            counted.sync_cursor()  # what a capture does first, mid-epoch
+        if i >= 3:
+            counted.advance()
+            c_images, c_targets = counted.assemble_at_cursor()
+        else:
+            c_images, c_targets = next(counted)
+        assert torch.equal(e_targets, c_targets) and torch.equal(e_images, c_images), f"batch {i}"
+    assert counted.epoch_restarts == eager.epoch_restarts == 3
+    assert int(counted.cursor) == counted.position

@@ -19,6 +19,8 @@ DOCUMENTED = [
     {"mode": "bench", "workers": 2, "persistent_workers": True, "prefetch_factor": 4, "prefetch_stream": True,
      "channels_last": True, "amp": "bf16", "fused_sgd": True, "compile": "reduce-overhead"},
     {"mode": "profile", "gpu_input": True, "channels_last": True},
+    {"mode": "bench", "gpu_input": True, "cuda_graph": True, "cudnn_benchmark": True, "compile": "default",
+     "amp": "bf16", "channels_last": True, "fused_sgd": True},
 ]
 
 
@@ -35,7 +37,8 @@ def test_resolved_command_parses_into_the_same_settings(params):
     expected = {"workers": 0, "batch_size": 128, "warmup_steps": 20, "bench_steps": 100, "data": "cifar10",
                 "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "amp": "off", "compile": "off",
                 "persistent_workers": False, "prefetch_factor": None, "prefetch_stream": False,
-                "gpu_input": False, "channels_last": False, "fused_sgd": False, **params}
+                "gpu_input": False, "channels_last": False, "fused_sgd": False, "cuda_graph": False,
+                "cudnn_benchmark": False, **params}
     for key, value in expected.items():
         assert getattr(settings, key) == value, f"{key}: {getattr(settings, key)!r} != {value!r}"
     assert container.working_dir == "/plx-context/artifacts/RUN/uploads"
@@ -45,7 +48,8 @@ def test_resolved_command_parses_into_the_same_settings(params):
 def test_every_input_reaches_train_py():
     """No polyaxonfile input is silently dropped: each one is a train.py flag or a set-up switch."""
     everything = {"mode": "bench", "workers": "2", "repeat": "1", "prefetch_factor": "3", "persistent_workers": "true",
-                  "prefetch_stream": "true", "gpu_input": "true", "channels_last": "true", "fused_sgd": "true"}
+                  "prefetch_stream": "true", "gpu_input": "true", "channels_last": "true", "fused_sgd": "true",
+                  "cuda_graph": "true", "cudnn_benchmark": "true"}
     _, compiled = compile_polyaxonfile(everything)
     script = compiled.run.container.args[0]
     flags = {a.dest for a in train.build_parser()._actions}

@@ -172,12 +172,24 @@ def compare_records(records, baseline=None):
             if row["ratio_bounds"][0] > 1 or row["ratio_bounds"][1] < 1:
                 row["verdict"] += "; the ranges do not overlap"
         row["evidence"] = matching_evidence(records, key)
+        row["gpu_limit"] = gpu_limit(groups[key])
         rows.append(row)
     return {"groups": rows, "varying": varying, "warnings": warnings,
             "left_out": [{"uuid": r["uuid"], "name": r["name"], "why": why} for r, why in left_out],
             "bench_runs": [{"uuid": r["uuid"], "created_at": r["created_at"], "samples_per_sec": r["samples_per_sec"],
                             "group": label(tuple((k, r["settings"].get(k)) for k in varying))}
                            for r in sorted(bench, key=lambda r: r["created_at"])]}
+
+
+def gpu_limit(runs):
+    """Where every run measured its kernel-time limit (train.py --cuda-graph): how close it ran to it."""
+    shares = [r["outputs"].get("share_of_gpu_limit") for r in runs]
+    ms = [r["outputs"].get("gpu_ms_per_step") for r in runs]
+    rates = [r["outputs"].get("gpu_limit_samples_per_sec") for r in runs]
+    if any(v is None for v in shares + ms + rates):
+        return None
+    return {"median_share": statistics.median(shares), "min_share": min(shares),
+            "median_gpu_ms_per_step": statistics.median(ms), "median_limit_samples_per_sec": statistics.median(rates)}
 
 
 def matching_evidence(records, key):
@@ -210,6 +222,16 @@ def markdown(result):
         bounds = f"{g['ratio_bounds'][0]:.2f}-{g['ratio_bounds'][1]:.2f}" if "ratio" in g else ""
         out.write(f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_rate(g['min'])} | "
                   f"{fmt_rate(g['max'])} | {g['spread']:.2f} | {ratio} | {ci} | {bounds} | {g.get('verdict', '')} |\n")
+    limited = [g for g in result["groups"] if g.get("gpu_limit")]
+    if limited:
+        out.write("\nKernel-time limit (GPU time per step of back-to-back graph replays, CUDA events):\n\n")
+        out.write("| group | GPU ms per step | limit samples/s | median share of the limit | lowest share |\n"
+                  "|---|---|---|---|---|\n")
+        for g in limited:
+            lim = g["gpu_limit"]
+            out.write(f"| {g['group']} | {lim['median_gpu_ms_per_step']:.3f} | "
+                      f"{fmt_rate(lim['median_limit_samples_per_sec'])} | "
+                      f"{lim['median_share']:.3f} | {lim['min_share']:.3f} |\n")
     evidence = [g for g in result["groups"] if g["evidence"]]
     if evidence:
         out.write("\nTrace evidence (profile runs of the same settings; profiled steps are slower than bench steps):\n\n")

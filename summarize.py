@@ -15,6 +15,11 @@ Definitions (all times in microseconds of the trace's own clock):
 - input_gap: GPU idle time that overlaps an input/next_batch slice.
 - per-step counts (kernels, copies, launches, syncs) follow the CPU call that
   launched the GPU work (the trace's correlation id), not where the GPU ran it.
+- gpu_work: GPU time (union of intervals) of the work a step launched, wherever it ran;
+  gpu_lag: how long after the step's CPU end the last of that work finished. When the
+  CPU runs ahead of the GPU (CUDA graphs, GPU-bound steps), gpu_work exceeds the step's
+  wall and the clipped busy/idle figures describe the CPU's pace, not the GPU's: the
+  evidence then says cpu_runs_ahead.
 """
 
 import argparse
@@ -167,7 +172,7 @@ def figures(wall, span, timeline, mine, runtime, has_gpu):
            "scopes_cpu_us": {n: total(intersect(scopes[n], span)) for n in SCOPES}}
     if not has_gpu:
         out.update(gpu_busy_us=None, gpu_idle_us=None, gpu_idle_share=None, input_gap_us=None,
-                   input_gap_share=None, h2d=None, kernels=None, launch_cpu_us=None,
+                   input_gap_share=None, gpu_work_us=None, gpu_lag_us=None, h2d=None, kernels=None, launch_cpu_us=None,
                    launch_to_busy=None, sync=None, gpu_null_reason=NO_GPU)
         return out
     busy_all = timeline["busy"]
@@ -180,12 +185,16 @@ def figures(wall, span, timeline, mine, runtime, has_gpu):
     kernels = [e - s for c, _, s, e, _, _, _ in mine if c == "kernel"]
     h2d = [(s, e, b) for c, n, s, e, _, _, b in mine if c == "gpu_memcpy" and "HtoD" in n]
     h2d_intervals = union([[s, e] for s, e, _ in h2d])
+    mine_intervals = union([[s, e] for _, _, s, e, _, _, _ in mine])
+    gpu_work_us = total(mine_intervals)
+    gpu_lag_us = max(0.0, mine_intervals[-1][1] - max(b for _, b in span)) if mine_intervals else 0.0
     launches = [e - s for n, s, e, _ in runtime if n in LAUNCH_CALLS]
     syncs = [e - s for n, s, e, _ in runtime if n in SYNC_CALLS]
     out.update(
         gpu_busy_us=busy_us, gpu_idle_us=idle_us,
         gpu_idle_share=idle_us / wall if wall else None,
         input_gap_us=gap_us, input_gap_share=gap_us / idle_us if idle_us else 0.0,
+        gpu_work_us=gpu_work_us, gpu_lag_us=gpu_lag_us,
         h2d={"count": len(h2d), "bytes": int(sum(b for _, _, b in h2d)),
              "us": sum(e - s for s, e, _ in h2d),
              "overlapped_with_kernels_us": total(intersect(h2d_intervals, kernels_all))},
@@ -238,6 +247,8 @@ def summarize_events(events, name="trace"):
         "has_gpu": has_gpu,
         "gpu_idle_share": window["gpu_idle_share"],
         "input_gap_share": window["input_gap_share"],
+        # The GPU still works on this window's steps after their CPU side ended: GPU-bound.
+        "cpu_runs_ahead": has_gpu and window["gpu_work_us"] > window["wall_us"],
         "gpu_null_reason": None if has_gpu else NO_GPU,
         "window": window,
         "steps": per_step,
@@ -260,11 +271,13 @@ def headline(evidences):
     windows = [ev["window"] for ev in evidences]
     wall = sum(w["wall_us"] for w in windows)
     steps = sum(w["steps"] for w in windows)
-    out = {"profiled_step_ms": wall / steps / 1000.0, "gpu_idle_share": None, "input_gap_share": None}
+    out = {"profiled_step_ms": wall / steps / 1000.0, "gpu_idle_share": None, "input_gap_share": None,
+           "gpu_work_ms_per_step": None}
     if all(ev["has_gpu"] for ev in evidences):
         idle = sum(w["gpu_idle_us"] for w in windows)
         out["gpu_idle_share"] = idle / wall if wall else None
         out["input_gap_share"] = sum(w["input_gap_us"] for w in windows) / idle if idle else 0.0
+        out["gpu_work_ms_per_step"] = sum(w["gpu_work_us"] for w in windows) / steps / 1000.0
     return out
 
 
@@ -278,6 +291,8 @@ ROWS = [  # label, getter, format
     ("gpu idle share", lambda f: f["gpu_idle_share"], "{:.3f}"),
     ("input gap ms", lambda f: f["input_gap_us"] / 1e3, "{:.2f}"),
     ("input gap / idle", lambda f: f["input_gap_share"], "{:.3f}"),
+    ("gpu work launched ms", lambda f: f["gpu_work_us"] / 1e3, "{:.2f}"),
+    ("gpu lag after step ms", lambda f: f["gpu_lag_us"] / 1e3, "{:.2f}"),
     ("h2d copies", lambda f: f["h2d"]["count"], "{:d}"),
     ("h2d MB", lambda f: f["h2d"]["bytes"] / 1e6, "{:.2f}"),
     ("h2d ms", lambda f: f["h2d"]["us"] / 1e3, "{:.3f}"),
@@ -296,7 +311,7 @@ def mean_per_step(window):
     """The window's additive figures divided by its step count (shares and medians stay)."""
     n = window["steps"]
     m = dict(window)
-    for k in ("wall_us", "gpu_busy_us", "gpu_idle_us", "input_gap_us", "launch_cpu_us"):
+    for k in ("wall_us", "gpu_busy_us", "gpu_idle_us", "input_gap_us", "gpu_work_us", "launch_cpu_us"):
         if m.get(k) is not None:
             m[k] = m[k] / n
     m["scopes_cpu_us"] = {k: v / n for k, v in window["scopes_cpu_us"].items()}
@@ -356,6 +371,9 @@ def format_table(evidences):
     for ev in evidences:
         if not ev["has_gpu"]:
             parts.append(f"{ev['trace']}: {NO_GPU}")
+        if ev.get("cpu_runs_ahead"):
+            parts.append(f"{ev['trace']}: the CPU runs ahead of the GPU (gpu work launched > step wall): "
+                         "GPU-bound; busy and idle are clipped to the CPU's steps, read gpu work instead")
         if ev["crossing_slices"]["count"]:
             parts.append(f"{ev['trace']}: {ev['crossing_slices']['count']} crossing slices "
                          "(open in Perfetto v57.1 or later, older versions drop them)")

@@ -153,3 +153,21 @@ def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, 
     assert images, f"no image event under {store}: {list(os.walk(store))}"
     lineage = sandbox.cli("ops", "get", "-p", "cmp", "-uid", run.uuid, "-o", "json")
     assert run.uuid in lineage.stdout
+
+
+def test_kernel_time_limit_is_reported_only_where_every_run_measured_it():
+    """--cuda-graph bench runs carry their GPU time per step: the group shows how close it ran to it."""
+    graphed = []
+    for i, (rate, ms) in enumerate([(50_000.0, 2.5), (51_000.0, 2.4), (49_000.0, 2.6)]):
+        r = rec(f"g{i}", 10 + i, rate, gpu_input=True, cuda_graph=True)
+        limit = 128 / (ms / 1000)
+        r["outputs"].update(gpu_ms_per_step=ms, gpu_limit_samples_per_sec=limit, share_of_gpu_limit=rate / limit)
+        graphed.append(r)
+    plain = [rec(f"p{i}", i, r) for i, r in enumerate([10_000.0, 11_000.0, 12_000.0])]
+    result = compare.compare_records(plain + graphed)
+    by_label = {g["group"]: g for g in result["groups"]}
+    base, g = by_label["defaults"], by_label["cuda_graph=True, gpu_input=True"]
+    assert base["gpu_limit"] is None
+    assert g["gpu_limit"]["median_gpu_ms_per_step"] == 2.5
+    assert g["gpu_limit"]["min_share"] == pytest.approx(min(50_000 * 2.5, 51_000 * 2.4, 49_000 * 2.6) / 128_000)
+    assert "Kernel-time limit" in compare.markdown(result)

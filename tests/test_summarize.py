@@ -123,6 +123,7 @@ def test_headline_pools_windows():
     two = summarize.summarize_events([step(1, 0, 300), kernel(0, 50)])
     h = summarize.headline([one, two])
     assert h["gpu_idle_share"] == pytest.approx((50 + 250) / 400) and h["profiled_step_ms"] == pytest.approx(0.2)
+    assert h["gpu_work_ms_per_step"] == pytest.approx(0.05), "uncorrelated kernels count where they ran"
 
 
 def run_cli(*args):
@@ -167,3 +168,26 @@ def test_real_cpu_trace_from_profile_mode(profile_run):
         assert sum(s["scopes_cpu_us"].values()) <= s["wall_us"]
     assert ev["gpu_idle_share"] is None
     assert ev["crossing_slices"]["count"] > 0, "with_stack=True traces have crossing python slices"
+
+
+def test_gpu_work_follows_the_launching_step_when_the_cpu_runs_ahead():
+    """CUDA-graph-like: steps of 10 us on the CPU launch 40 us of kernels each, which run later.
+
+    Clipped to the steps, the GPU looks half idle; the work launched per step (40 us) and the lag
+    say the GPU is the bottleneck, and the evidence flags it."""
+    events = [step(1, 0, 10), step(2, 10, 10),
+              x("cudaGraphLaunch", "cuda_runtime", 2, 1, correlation=1),
+              x("cudaGraphLaunch", "cuda_runtime", 12, 1, correlation=2),
+              kernel(5, 40, correlation=1), kernel(45, 40, correlation=2)]
+    ev = summarize.summarize_events(events)
+    first, second = ev["steps"]
+    assert first["gpu_work_us"] == 40 and second["gpu_work_us"] == 40
+    assert first["gpu_lag_us"] == 35 and second["gpu_lag_us"] == 65
+    assert ev["window"]["gpu_work_us"] == 80 and ev["cpu_runs_ahead"] is True
+    assert "runs ahead" in summarize.format_table([ev])
+
+
+def test_cpu_bound_steps_are_not_flagged_as_running_ahead():
+    ev = summarize.summarize_events([step(1, 0, 100), x("cudaLaunchKernel", "cuda_runtime", 1, 1, correlation=3),
+                                     kernel(10, 30, correlation=3)])
+    assert ev["window"]["gpu_work_us"] == 30 and ev["steps"][0]["gpu_lag_us"] == 0 and ev["cpu_runs_ahead"] is False

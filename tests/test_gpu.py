@@ -113,3 +113,4 @@ def test_cuda_graph_profile_keeps_the_four_scopes(tmp_path):
     assert any(e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"] for e in events)
     ev = summarize.summarize_file(trace)
     assert ev["window"]["kernels"]["count"] > 50 and all(s["h2d"]["count"] == 0 for s in ev["steps"])
+    assert all(s["gpu_work_us"] > 0 for s in ev["steps"]), "graph kernels must be attributed to their step"

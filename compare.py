@@ -171,7 +171,7 @@ def compare_records(records, baseline=None):
             row["verdict"] = ("exceeds the noise" if lo > 1 or hi < 1 else "within the noise")
             if row["ratio_bounds"][0] > 1 or row["ratio_bounds"][1] < 1:
                 row["verdict"] += "; the ranges do not overlap"
-        row["evidence"] = matching_evidence(records, key)
+        row["evidence"] = matching_evidence(records, groups[key][0]["settings"])
         row["gpu_limit"] = gpu_limit(groups[key])
         rows.append(row)
     return {"groups": rows, "varying": varying, "warnings": warnings,
@@ -192,10 +192,14 @@ def gpu_limit(runs):
             "median_gpu_ms_per_step": statistics.median(ms), "median_limit_samples_per_sec": statistics.median(rates)}
 
 
-def matching_evidence(records, key):
-    """Trace evidence of the latest succeeded profile run whose settings match the group's."""
+def matching_evidence(records, settings):
+    """Trace evidence of the latest succeeded profile run with the group's settings (all of them, not only
+    those that vary between the bench groups: a profile run of another option must not stand in)."""
+    def same(r):
+        keys = (set(r["settings"]) | set(settings)) - IGNORED
+        return all(r["settings"].get(k) == settings.get(k) for k in keys)
     matches = [r for r in records if r["mode"] == "profile" and r["status"] == "succeeded"
-               and all(r["settings"].get(k) == v for k, v in key) and r["outputs"].get("profiled_step_ms")]
+               and same(r) and r["outputs"].get("profiled_step_ms")]
     if not matches:
         return None
     r = sorted(matches, key=lambda r: r["created_at"])[-1]

@@ -171,3 +171,10 @@ def test_kernel_time_limit_is_reported_only_where_every_run_measured_it():
     assert g["gpu_limit"]["median_gpu_ms_per_step"] == 2.5
     assert g["gpu_limit"]["min_share"] == pytest.approx(min(50_000 * 2.5, 51_000 * 2.4, 49_000 * 2.6) / 128_000)
     assert "Kernel-time limit" in compare.markdown(result)
+
+
+def test_a_profile_run_of_another_option_is_not_a_group_s_evidence():
+    """Bench groups that differ only in workers; a profile run with workers=4 and fused SGD is not theirs."""
+    records = fabricated() + [rec("p1", 30, None, mode="profile", workers=4, fused_sgd=True)]
+    result = compare.compare_records(records)
+    assert [g["evidence"] for g in result["groups"]] == [None, None]

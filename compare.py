@@ -21,6 +21,7 @@ import random
 import statistics
 import sys
 import tempfile
+import textwrap
 
 IGNORED = {"repeat", "output_dir", "data_dir", "mode", "bench_steps", "trace_format", "warmup_steps"}
 ENVIRONMENT = ("gpu", "torch", "cuda", "cpu_budget")
@@ -285,17 +286,18 @@ def plot(result, path):
     for i, g in enumerate(result["groups"]):
         xs = [n for n, r in enumerate(result["bench_runs"], start=1) if r["group"] == g["group"]]
         ys = [r["samples_per_sec"] for r in result["bench_runs"] if r["group"] == g["group"]]
-        ax.scatter(xs, ys, color=colors(i % 10), label=f"{g['group']} (median {fmt_rate(g['median'])})", zorder=3)
+        name = textwrap.fill(f"{g['group']} (median {fmt_rate(g['median'])})", 100, subsequent_indent="  ")
+        ax.scatter(xs, ys, color=colors(i % 10), label=name, zorder=3)
         ax.axhline(g["median"], color=colors(i % 10), linewidth=0.8, alpha=0.6)
     ax.set_xlabel("run order")
     ax.set_ylabel("samples/s (bench window)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    # Below the axes: group labels of many options are long and would cover the points.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.15), frameon=False)
     ax.set_title(f"{len(result['bench_runs'])} bench runs in {len(groups)} groups")
-    fig.tight_layout()
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), ".partial-" + os.path.basename(path))
-    fig.savefig(tmp, format="png")
+    fig.savefig(tmp, format="png", bbox_inches="tight")
     plt.close(fig)
     os.replace(tmp, path)
     return path

@@ -901,7 +901,7 @@ def main(argv=None):
             batches = Batches(loader)
         prefetcher = PrefetchToDevice(torch, device, next(batches)) if args.prefetch_stream else None
 
-        memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+        memory_format, _ = precision(torch, device, args)
         torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
         model = build_model(torch).to(device, memory_format=memory_format)
         if args.compile != "off":

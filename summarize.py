@@ -172,8 +172,8 @@ def figures(wall, span, timeline, mine, runtime, has_gpu):
            "scopes_cpu_us": {n: total(intersect(scopes[n], span)) for n in SCOPES}}
     if not has_gpu:
         out.update(gpu_busy_us=None, gpu_idle_us=None, gpu_idle_share=None, input_gap_us=None,
-                   input_gap_share=None, gpu_work_us=None, gpu_lag_us=None, h2d=None, kernels=None, launch_cpu_us=None,
-                   launch_to_busy=None, sync=None, gpu_null_reason=NO_GPU)
+                   input_gap_share=None, gpu_work_us=None, gpu_lag_us=None, h2d=None, kernels=None,
+                   launch_cpu_us=None, launch_to_busy=None, sync=None, gpu_null_reason=NO_GPU)
         return out
     busy_all = timeline["busy"]
     busy = intersect(busy_all, span)

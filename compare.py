@@ -304,7 +304,7 @@ def plot(result, path):
 
 
 def write_outputs(result, out_dir):
-    from train import write_atomic, write_json_atomic
+    from runinfo import write_atomic, write_json_atomic
     os.makedirs(out_dir, exist_ok=True)
     paths = {
         "markdown": write_atomic(os.path.join(out_dir, "comparison.md"), markdown(result)),
@@ -320,7 +320,7 @@ def write_outputs(result, out_dir):
 def log_to_polyaxon(paths):
     """Inside a Polyaxon run: the picture as an image, the tables as artifacts."""
     from polyaxon import tracking
-    from train import managed_identity
+    from runinfo import managed_identity
     tracking.init(**managed_identity())
     tracking.log_image(data=paths["png"], name="comparison")
     for kind in ("markdown", "csv", "json"):

@@ -29,8 +29,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-NEXT_BATCH = "input/next_batch"
-SCOPES = ("input/next_batch", "input/to_device", "train/forward_backward", "train/optimizer")
+from scopes import NEXT_BATCH, SCOPES
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_SLICE_CATS = ("user_annotation", "cpu_op", "python_function", "cuda_runtime", "cuda_driver")

@@ -8,6 +8,8 @@ import torch
 
 import summarize
 import train
+import scopes
+from speedups.gpu_input import DeviceBatches
 from conftest import run_train, single_run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -26,7 +28,7 @@ def test_gpu_profile_has_scopes_on_cpu_and_kernels_on_streams(tmp_path):
     trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[0]
     events = [e for e in summarize.load_events(trace) if e.get("ph") == "X"]
     cpu_scopes = {e["name"] for e in events if e.get("cat") == "user_annotation"}
-    assert set(train.SCOPES) <= cpu_scopes
+    assert set(scopes.SCOPES) <= cpu_scopes
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert kernels and all("stream" in e.get("args", {}) for e in kernels)
     assert any(e.get("cat") == "gpu_memcpy" and "HtoD" in e["name"] for e in events)
@@ -67,8 +69,8 @@ def test_captured_batch_assembly_draws_what_eager_draws():
     eager path draws from the same seed, and epochs turn over on the host between replays."""
     cuda = torch.device("cuda")
     ds = train.SyntheticCIFAR10(transform=None, size=1000)  # 15 batches of 64 per epoch
-    eager = train.DeviceBatches(torch, ds, 64, cuda, seed=3)
-    graphed = train.DeviceBatches(torch, ds, 64, cuda, seed=3)
+    eager = DeviceBatches(torch, ds, 64, cuda, 3, train.CIFAR10_MEAN, train.CIFAR10_STD)
+    graphed = DeviceBatches(torch, ds, 64, cuda, 3, train.CIFAR10_MEAN, train.CIFAR10_STD)
     expected = [tuple(t.clone() for t in next(eager)) for _ in range(20)]
     graphed.sync_cursor()
     graph = torch.cuda.CUDAGraph()
@@ -95,7 +97,7 @@ def test_cuda_graph_bench_reports_its_kernel_time_limit(tmp_path):
     with open(os.path.join(outputs, "run.json")) as f:
         record = json.load(f)
     results = record["results"]
-    assert record["cuda_graph"]["graphs"] == list(train.SCOPES), "one graph per scope"
+    assert record["cuda_graph"]["graphs"] == list(scopes.SCOPES), "one graph per scope"
     assert results["kernel_time_limit"]["queued_before_gpu_started"], "the limit must time the GPU alone"
     assert 0 < results["share_of_gpu_limit"] <= 1.05, results
     assert results["gpu_limit_samples_per_sec"] == pytest.approx(32 / (results["gpu_ms_per_step"] / 1000))
@@ -109,7 +111,7 @@ def test_cuda_graph_profile_keeps_the_four_scopes(tmp_path):
     _, outputs = single_run(tmp_path)
     trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[-1]
     events = [e for e in summarize.load_events(trace) if e.get("ph") == "X"]
-    assert set(train.SCOPES) <= {e["name"] for e in events if e.get("cat") == "user_annotation"}
+    assert set(scopes.SCOPES) <= {e["name"] for e in events if e.get("cat") == "user_annotation"}
     assert any(e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"] for e in events)
     ev = summarize.summarize_file(trace)
     assert ev["window"]["kernels"]["count"] > 50 and all(s["h2d"]["count"] == 0 for s in ev["steps"])

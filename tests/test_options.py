@@ -7,6 +7,7 @@ import torch
 from torchvision.transforms import functional as F
 
 import train
+from speedups.gpu_input import DeviceBatches, augment
 from conftest import TINY, load_offline_run, run_train, single_run
 
 BAD_COMBINATIONS = [
@@ -84,19 +85,19 @@ def test_device_augmentation_draws_the_pil_chain_distribution():
     """Crop offsets uniform over 9x9 and flips at rate 1/2, from its own seeded generator."""
     g = torch.Generator().manual_seed(0)
     images = torch.zeros(81 * 400, 3, 32, 32, dtype=torch.uint8)
-    _, (dy, dx), flip = train.augment(torch, images, g, *norm())
+    _, (dy, dx), flip = augment(torch, images, g, *norm())
     counts = torch.bincount(dy * 9 + dx, minlength=81)
     assert counts.numel() == 81 and counts.min() > 300 and counts.max() < 500, counts  # expected 400 each
     assert abs(flip.float().mean().item() - 0.5) < 0.015
     g2 = torch.Generator().manual_seed(0)
-    assert torch.equal(train.augment(torch, images, g2, *norm())[1][0], dy), "same seed, same draws"
+    assert torch.equal(augment(torch, images, g2, *norm())[1][0], dy), "same seed, same draws"
 
 
 def test_device_augmentation_equals_the_pil_chain_for_the_same_draws():
     """Pixel for pixel: pad 4 with zeros, crop at the drawn offset, flip, ToTensor, Normalize."""
     rng = torch.Generator().manual_seed(1)
     images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8, generator=rng)
-    out, (dy, dx), flip = train.augment(torch, images, torch.Generator().manual_seed(2), *norm())
+    out, (dy, dx), flip = augment(torch, images, torch.Generator().manual_seed(2), *norm())
     for i in range(16):
         pil = F.to_pil_image(images[i])
         ref = F.crop(F.pad(pil, 4), int(dy[i]), int(dx[i]), 32, 32)
@@ -108,7 +109,7 @@ def test_device_augmentation_equals_the_pil_chain_for_the_same_draws():
 
 def test_device_batches_shuffle_and_restart_epochs():
     ds = train.SyntheticCIFAR10(transform=None, size=10)
-    batches = train.DeviceBatches(torch, ds, 4, torch.device("cpu"), seed=0)
+    batches = DeviceBatches(torch, ds, 4, torch.device("cpu"), 0, train.CIFAR10_MEAN, train.CIFAR10_STD)
     seen = [next(batches)[1] for _ in range(5)]
     assert all(t.shape == (4,) for t in seen) and batches.epoch_restarts == 2
     images, _ = next(batches)
@@ -118,8 +119,8 @@ def test_device_batches_shuffle_and_restart_epochs():
 def test_capturable_assembly_gives_the_eager_batches():
     """The device-counter path that --cuda-graph captures yields the batches of the eager path, epochs included."""
     ds = train.SyntheticCIFAR10(transform=None, size=10)
-    eager = train.DeviceBatches(torch, ds, 4, torch.device("cpu"), seed=5)
-    counted = train.DeviceBatches(torch, ds, 4, torch.device("cpu"), seed=5)
+    eager = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, train.CIFAR10_MEAN, train.CIFAR10_STD)
+    counted = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, train.CIFAR10_MEAN, train.CIFAR10_STD)
     for i in range(7):  # 2 batches per epoch: crosses three epoch ends
         e_images, e_targets = next(eager)
         if i == 3:

@@ -10,6 +10,8 @@ import torch
 
 import summarize
 import train
+import runinfo
+import scopes
 from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
 
 
@@ -40,9 +42,9 @@ def test_four_scopes_in_each_profiled_step_in_order(profile_run):
         assert len(steps) == 3, f"{trace}: {len(steps)} active steps, expected 3"
         for st in steps:
             s0, s1 = st["ts"], st["ts"] + st["dur"]
-            inside = sorted((e for e in events if e["name"] in train.SCOPES and s0 <= e["ts"] < s1),
+            inside = sorted((e for e in events if e["name"] in scopes.SCOPES and s0 <= e["ts"] < s1),
                             key=lambda e: e["ts"])
-            assert [e["name"] for e in inside] == list(train.SCOPES), f"{st['name']}: {[e['name'] for e in inside]}"
+            assert [e["name"] for e in inside] == list(scopes.SCOPES), f"{st['name']}: {[e['name'] for e in inside]}"
             for a, b in zip(inside, inside[1:]):
                 assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, f"{a['name']} overlaps {b['name']}"
             assert inside[-1]["ts"] + inside[-1]["dur"] <= s1 + 1e-3, "a scope ends after its step"
@@ -206,7 +208,7 @@ def test_cpu_budget_reads_the_cgroup_quota(tmp_path, monkeypatch, files, expecte
     """A pod's quota wins over the node's cores that affinity shows (a 4-CPU pod on 64 cores reads 4)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     proc = write_cgroup(tmp_path, files)
-    budget = train.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    budget = runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
     assert budget["cpus"] == expected and budget["source"].startswith(source) and budget["affinity_cpus"] == 64
 
 
@@ -214,9 +216,9 @@ def test_cpu_budget_without_quota_is_affinity(tmp_path, monkeypatch):
     """cpu.max 'max' (no quota) and taskset both fall back on affinity."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     proc = write_cgroup(tmp_path, {"cpu.max": "max 100000\n"})
-    assert train.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)["cpus"] == 3
+    assert runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)["cpus"] == 3
     proc = write_cgroup(tmp_path, {"cpu.max": "800000 100000\n"})
-    budget = train.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    budget = runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
     assert budget["cpus"] == 3 and budget["cgroup_quota_cpus"] == 8
 
 
@@ -247,13 +249,13 @@ def test_synthetic_data_goes_through_the_cifar_transforms():
 
 def test_write_atomic_keeps_the_old_file_when_a_write_fails(tmp_path):
     path = tmp_path / "run.json"
-    train.write_json_atomic(str(path), {"status": "running"})
+    runinfo.write_json_atomic(str(path), {"status": "running"})
     with pytest.raises(TypeError):
-        train.write_atomic(str(path), 12345)  # neither text nor bytes: fails inside the write
+        runinfo.write_atomic(str(path), 12345)  # neither text nor bytes: fails inside the write
     assert read_json(path) == {"status": "running"}
     assert os.listdir(tmp_path) == ["run.json"]
 
 
 def test_package_inventory_lists_torch():
-    inventory = train.package_inventory().splitlines()
+    inventory = runinfo.package_inventory().splitlines()
     assert any(line.lower().startswith("torch==") for line in inventory)

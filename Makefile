@@ -1,5 +1,7 @@
-# make run    the main job on this machine (both modes, workers 0 and 4, tracked offline)
-# make test   the test suite (CPU; starts its own Polyaxon server)
+# make run    the main job on this machine: profile and bench, workers 0 and 4, tracked offline;
+#             ends with the bench rates, the trace evidence and the traces to open (scripts/report.py)
+# make test   the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1)
+# Both build .venv from requirements-dev.txt first; it is rebuilt when that file changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,10 +18,11 @@ $(STAMP): requirements-dev.txt
 setup: $(STAMP)
 
 run: $(STAMP)
-	PY=$(BIN)/python ./run-local.sh main
+	PY=$(BIN)/python scripts/run-local.sh main
 
+# REPEATS=3 WORKERS="0 4" by default
 bench-alternating: $(STAMP)
-	PY=$(BIN)/python ./run-local.sh alternating
+	PY=$(BIN)/python scripts/run-local.sh alternating
 
 compare: $(STAMP)
 	$(BIN)/python compare.py --offline .polyaxon-offline --out results/local

@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import platform
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OFFLINE_ROOT = os.path.join(HERE, ".polyaxon-offline")
@@ -144,6 +145,36 @@ def write_json_atomic(path, obj):
     return write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def writable_dirs(places):
+    """Each (path, flag) made (or found) a folder this process can write; else UserError naming it and the
+    problem, with the folders made here removed again (nothing is left behind)."""
+    made = []
+    try:
+        for path, flag in places:
+            path = os.path.abspath(path)
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise UserError(f"{flag} {path} is a file, not a folder")
+            missing = []
+            parent = path
+            while not os.path.exists(parent):
+                missing.append(parent)
+                parent = os.path.dirname(parent)
+            try:
+                os.makedirs(path, exist_ok=True)
+                made += reversed(missing)
+                probe = tempfile.NamedTemporaryFile(dir=path, prefix=".partial-probe-")
+                probe.close()
+            except OSError as e:
+                raise UserError(f"{flag} {path} is not a writable folder ({e.strerror or e})") from e
+    except UserError:
+        for path in reversed(made):
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+        raise
+
+
 # --------------------------------------------------------------------------- tracking
 
 def is_managed():
@@ -212,6 +243,15 @@ class RunRecord:
                          artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged] + ["run.json"])
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
         self.tracking.log_outputs(**outputs)
+        self.tracking.end()
+
+    def stopped(self, stop):
+        """A stop signal: run.json and Polyaxon say stopped, with the signal and how far the run got."""
+        self.data.update(status="stopped", finished_at=self._now(),
+                         stopped={"signal": stop.signal_name, "phase": stop.phase,
+                                  "steps_completed_in_phase": stop.steps_done})
+        self.log_file(write_json_atomic(self.path, self.data), "run.json")
+        self.tracking.log_stopped(reason=stop.signal_name, message=str(stop))
         self.tracking.end()
 
     def failed(self, error, trace=None):

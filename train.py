@@ -39,6 +39,7 @@ from runinfo import UserError, write_atomic
 import profiling
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
 from speedups import options
+from stopping import Stopper, StopRequested
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -100,6 +101,8 @@ def build_parser():
                         "or plain (default: json.gz)")
     p.add_argument("--output-dir", default=None,
                    help="where artifacts are written (default: the Polyaxon run's outputs folder)")
+    p.add_argument("--force-workers", action="store_true",
+                   help="allow --workers above 4x the CPU budget (default: refused)")
     p.add_argument("--repeat", type=non_negative_int, default=None,
                    help="index of this job in an alternating series; only recorded and tagged (default: none)")
     options.add_arguments(p, positive_int)
@@ -111,8 +114,36 @@ def parse_settings(argv=None):
     args = parser.parse_args(argv)
     if args.momentum >= 1:
         parser.error(f"argument --momentum: must be < 1, got {args.momentum}")
+    if args.data == "synthetic" and args.batch_size > SYNTHETIC_SIZE:
+        parser.error(f"argument --batch-size: {args.batch_size} is more than the synthetic set's "
+                     f"{SYNTHETIC_SIZE} images (one step would need more than the whole set)")
     options.check(args, parser.error)
     return args
+
+
+def check_places(args):
+    """Every place the run writes to, made (or found) writable before any heavy work; one line otherwise."""
+    places = [(args.output_dir, "--output-dir")] if args.output_dir else []
+    if args.data == "cifar10":
+        places.append((args.data_dir, "--data-dir"))
+    if not runinfo.is_managed():
+        places.append((os.environ.get("POLYAXON_OFFLINE_ROOT") or runinfo.DEFAULT_OFFLINE_ROOT, "POLYAXON_OFFLINE_ROOT"))
+    runinfo.writable_dirs(places)
+
+
+def check_workers(args, budget):
+    """More workers than CPUs is allowed (and said); far more is refused unless forced."""
+    bound = max(4, math.ceil(4 * budget["cpus"]))
+    if args.workers > bound and not args.force_workers:
+        raise UserError(f"--workers {args.workers} is more than 4x the CPU budget ({budget['cpus']:g} CPUs, "
+                        f"{budget['source']}): each worker is a process holding batches; use at most {bound}, "
+                        "or add --force-workers")
+    if args.workers > budget["cpus"]:
+        note = (f"--workers {args.workers} is above the CPU budget ({budget['cpus']:g} CPUs, {budget['source']}): "
+                "the workers and the training thread will share CPUs")
+        print(f"train.py: warning: {note}", file=sys.stderr)
+        return note
+    return None
 
 
 # --------------------------------------------------------------------------- data and loader
@@ -127,15 +158,11 @@ def build_transform():
     ])
 
 
-class SyntheticCIFAR10:
-    """CIFAR-shaped uint8 images and labels, fed through the same PIL path as torchvision's CIFAR10."""
+class ImageSet:
+    """uint8 HWC images and labels through the PIL transform chain, as torchvision's CIFAR10 feeds them."""
 
-    def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
-        import numpy as np
-        rng = np.random.default_rng(seed)
-        self.data = rng.integers(0, 256, size=(size, 32, 32, 3), dtype=np.uint8)
-        self.targets = rng.integers(0, 10, size=size).tolist()
-        self.transform = transform
+    def __init__(self, data, targets, transform):
+        self.data, self.targets, self.transform = data, targets, transform
 
     def __len__(self):
         return len(self.targets)
@@ -145,6 +172,59 @@ class SyntheticCIFAR10:
         return self.transform(Image.fromarray(self.data[index])), self.targets[index]
 
 
+class SyntheticCIFAR10(ImageSet):
+    """CIFAR-shaped uint8 images and labels from a fixed seed."""
+
+    def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
+        import numpy as np
+        rng = np.random.default_rng(seed)
+        super().__init__(rng.integers(0, 256, size=(size, 32, 32, 3), dtype=np.uint8),
+                         rng.integers(0, 10, size=size).tolist(), transform)
+
+
+def read_cifar10(folder):
+    """The training batches of CIFAR-10's Python format (cifar-10-batches-py), as (N, 32, 32, 3) uint8 and labels."""
+    import pickle
+    import numpy as np
+    data, targets = [], []
+    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "rb") as f:
+                batch = pickle.load(f, encoding="latin1")
+            images = np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+            labels = [int(t) for t in batch["labels"]]
+        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
+            raise UserError(f"{folder} is not a readable CIFAR-10 folder ({name}: {type(e).__name__}: {e}); "
+                            "remove it to download it again, or run with --data synthetic") from e
+        if len(labels) != len(images) or not all(0 <= t < 10 for t in labels):
+            raise UserError(f"{folder} is not a readable CIFAR-10 folder ({name}: {len(images)} images, "
+                            f"{len(labels)} labels); remove it to download it again, or run with --data synthetic")
+        data.append(images.transpose(0, 2, 3, 1))
+        targets += labels
+    return np.concatenate(data), targets
+
+
+def download_cifar10(data_dir):
+    """torchvision's download (archive checksum included); whatever it created is removed if it fails."""
+    from torchvision.datasets import CIFAR10
+    existed = os.path.isdir(data_dir)
+    before = set(os.listdir(data_dir)) if existed else set()
+    try:
+        CIFAR10(root=data_dir, train=True, download=True)
+    except (OSError, RuntimeError, ValueError) as e:  # URLError is an OSError
+        import shutil
+        for name in (set(os.listdir(data_dir)) - before if os.path.isdir(data_dir) else ()):
+            path = os.path.join(data_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        if not existed and os.path.isdir(data_dir):
+            shutil.rmtree(data_dir)
+        raise UserError(
+            f"CIFAR-10 is not in {data_dir} and could not be downloaded ({type(e).__name__}: {e}); "
+            "give --data-dir a folder that holds cifar-10-batches-py, allow the download, "
+            "or run with --data synthetic") from e
+
+
 def build_dataset(args, transform):
     """The training set and a record of what it really is."""
     if args.data == "synthetic":
@@ -152,15 +232,11 @@ def build_dataset(args, transform):
               f"{SYNTHETIC_SEED}), same transforms as CIFAR-10; not the real data set", file=sys.stderr)
         dataset = SyntheticCIFAR10(transform)
         return dataset, {"name": "synthetic", "images": len(dataset), "seed": SYNTHETIC_SEED}
-    from torchvision.datasets import CIFAR10
-    try:
-        dataset = CIFAR10(root=args.data_dir, train=True, download=True, transform=transform)
-    except (OSError, RuntimeError, ValueError) as e:  # URLError is an OSError
-        raise UserError(
-            f"CIFAR-10 is not in {args.data_dir} and could not be downloaded ({type(e).__name__}: {e}); "
-            "give --data-dir a folder that holds cifar-10-batches-py, allow the download, "
-            "or run with --data synthetic") from e
-    print(f"data: CIFAR-10 training set from {args.data_dir} ({len(dataset)} images)", file=sys.stderr)
+    folder = os.path.join(args.data_dir, "cifar-10-batches-py")
+    if not os.path.isdir(folder):
+        download_cifar10(args.data_dir)
+    dataset = ImageSet(*read_cifar10(folder), transform)
+    print(f"data: CIFAR-10 training set from {folder} ({len(dataset)} images)", file=sys.stderr)
     return dataset, {"name": "cifar10", "images": len(dataset), "root": os.path.abspath(args.data_dir)}
 
 
@@ -260,7 +336,7 @@ def synchronize(torch, device):
         torch.cuda.synchronize(device)
 
 
-def warm_up(torch, step, device, args):
+def warm_up(torch, step, device, args, stop):
     """Warm-up steps: worker start, cuDNN selection, compilation and capture stay out of what is measured.
 
     Returns the warm-up time and, where compiling or capturing makes them worth a sync per step, the
@@ -274,20 +350,23 @@ def warm_up(torch, step, device, args):
         if timed:  # a sync per step is harmless here: nothing is measured yet
             synchronize(torch, device)
             laps.append(round(time.perf_counter() - t0 - sum(laps), 4))
+        stop.step_done()
 
-    if args.cuda_graph:
-        step.warm_up(args.warmup_steps, lap)
-    else:
-        for _ in range(args.warmup_steps):
-            step()
-            lap()
+    with stop.steps("warm-up"):
+        print(f"warm-up: {args.warmup_steps} steps", file=sys.stderr)
+        if args.cuda_graph:
+            step.warm_up(args.warmup_steps, lap)
+        else:
+            for _ in range(args.warmup_steps):
+                step()
+                lap()
     synchronize(torch, device)
     return time.perf_counter() - t0, (laps or None)
 
 
 # --------------------------------------------------------------------------- the two modes
 
-def run_profile(torch, step, device, out_dir, args):
+def run_profile(torch, step, device, out_dir, args, stop):
     """Ten steps under the tutorial's schedule; one trace and two operator tables per cycle, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -295,12 +374,13 @@ def run_profile(torch, step, device, out_dir, args):
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:
         print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks", file=sys.stderr)
-    save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda)
-    with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
-                 record_shapes=True, profile_memory=True, with_stack=True) as profiler:
+    save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, skip=lambda: stop.requested)
+    with stop.steps("profile"), profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
+                                        record_shapes=True, profile_memory=True, with_stack=True) as profiler:
         for _ in range(PROFILE_STEPS):
             step()
-            profiler.step()
+            profiler.step()  # writes a cycle's trace at its end
+            stop.step_done()
     # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
     evidence = profiling.write_evidence(save_trace.cycles)
     return {
@@ -315,14 +395,17 @@ def run_profile(torch, step, device, out_dir, args):
     }
 
 
-def run_bench(torch, step, device, batches, args):
+def run_bench(torch, step, device, batches, args, stop):
     """--bench-steps batches between two synchronizations, nothing syncing in between."""
     synchronize(torch, device)
     restarts_before = batches.epoch_restarts
-    t0 = time.perf_counter()
-    for _ in range(args.bench_steps):
-        loss = step()
-    synchronize(torch, device)
+    with stop.steps("bench"):
+        print(f"bench: timing {args.bench_steps} steps", file=sys.stderr)
+        t0 = time.perf_counter()
+        for _ in range(args.bench_steps):
+            loss = step()
+            stop.step_done()  # a flag test: no sync
+        synchronize(torch, device)
     seconds = time.perf_counter() - t0
     results = {
         "samples_per_sec": args.bench_steps * args.batch_size / seconds,
@@ -395,23 +478,30 @@ def build_step(torch, batches, device, args):
 def main(argv=None):
     args = parse_settings(argv)
     settings = dict(vars(args))
-
-    import numpy as np
-    import torch
-
+    stop = Stopper()
     try:
+        budget = runinfo.cpu_budget()
+        workers_note = check_workers(args, budget)
+        check_places(args)
+        import numpy as np
+        import torch
         device = resolve_device(torch, args.device)
         options.check_device(torch, args, device)
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2
+    except StopRequested as e:  # before any run exists: nothing to record
+        print(f"train.py: {e}; no run was started", file=sys.stderr)
+        return e.exit_code
 
     tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
-    tracking = runinfo.start_tracking(name=f"{args.mode}-workers{args.workers}", tags=tags)
-    record = runinfo.RunRecord(tracking, settings, args.mode, args.output_dir)
-    print(f"outputs: {record.out_dir}", file=sys.stderr)
+    tracking = record = None
     try:
-        record["cpu_budget"] = budget = runinfo.cpu_budget()
+        tracking = runinfo.start_tracking(name=f"{args.mode}-workers{args.workers}", tags=tags)
+        record = runinfo.RunRecord(tracking, settings, args.mode, args.output_dir)
+        print(f"outputs: {record.out_dir}", file=sys.stderr)
+        record["cpu_budget"] = budget
+        record["workers_note"] = workers_note
         record["torch_threads"] = runinfo.set_threads(torch, budget)
         record["environment"] = runinfo.environment(torch, device)
         record["device"] = str(device)
@@ -425,18 +515,32 @@ def main(argv=None):
         batches, facts = build_batches(torch, args, device)
         record.update(facts)
         step = build_step(torch, batches, device, args)
-        record["warmup_seconds"], record["warmup_step_seconds"] = warm_up(torch, step, device, args)
+        record["warmup_seconds"], record["warmup_step_seconds"] = warm_up(torch, step, device, args, stop)
         if args.cuda_graph:
             record["cuda_graph"] = step.info
 
         if args.mode == "profile":
-            record["results"] = results = run_profile(torch, step, device, record.out_dir, args)
+            record["results"] = results = run_profile(torch, step, device, record.out_dir, args, stop)
             outputs = profiling.log_cycles(record, results)
         else:
-            record["results"] = results = run_bench(torch, step, device, batches, args)
+            record["results"] = results = run_bench(torch, step, device, batches, args, stop)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
+    except StopRequested as e:
+        if record is None:  # between the tracking's start and the record: the Polyaxon run alone says it
+            if tracking is not None:
+                tracking.log_stopped(reason=e.signal_name, message=str(e))
+            print(f"train.py: {e}; stopped before run.json existed", file=sys.stderr)
+            return e.exit_code
+        record.stopped(e)
+        print(f"train.py: {e}; run.json says stopped: {record.path}", file=sys.stderr)
+        return e.exit_code
     except (Exception, KeyboardInterrupt) as e:
+        if record is None and isinstance(e, UserError):
+            print(f"train.py: error: {e}", file=sys.stderr)
+            return 2
+        if record is None:
+            raise
         record.failed(e, None if isinstance(e, UserError) else traceback.format_exc())
         if isinstance(e, UserError):
             print(f"train.py: error: {e}", file=sys.stderr)
@@ -448,4 +552,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except StopRequested as e:  # a second signal while the first was being recorded: at once
+        print(f"train.py: {e}; a second signal, exiting at once", file=sys.stderr)
+        raise SystemExit(e.exit_code)

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The tutorial's experiment on this machine, each job a whole process, tracked offline.
-#   ./run-local.sh main          profile and bench, workers 0 and 4 (make run)
-#   ./run-local.sh alternating   bench jobs in alternating order, REPEATS x WORKERS (make bench-alternating)
+#   scripts/run-local.sh main          profile and bench, workers 0 and 4 (make run)
+#   scripts/run-local.sh alternating   bench jobs in alternating order, REPEATS x WORKERS (make bench-alternating)
 # GPU when present; on a CPU-only machine, fewer steps (announced). CIFAR-10 when it is on
 # disk under ./data, else the synthetic set (announced). Override with DATA=cifar10|synthetic.
+# A failing job does not stop the others; the script ends with scripts/report.py over the runs
+# it made (bench rates, trace evidence, the traces to open) and exits 1 if any job failed.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 what=${1:-main}
 export POLYAXON_OFFLINE_ROOT=${POLYAXON_OFFLINE_ROOT:-$PWD/.polyaxon-offline}
@@ -28,23 +30,35 @@ else
   echo "*** (the profile schedule keeps its 10 steps); these are CPU numbers, not GPU numbers."
 fi
 
+list_runs() { ls "$POLYAXON_OFFLINE_ROOT/runs" 2>/dev/null | sort || true; }
+before=$(list_runs)
+failed=0
+run() {  # run TRAIN.PY FLAGS...: one job; a failure is counted, not fatal
+  echo "=== train.py $*"
+  "$PY" train.py "$@" || { echo "*** FAILED (exit $?): train.py $*" >&2; failed=$((failed + 1)); }
+}
+
 case "$what" in
   main)
     for mode in profile bench; do
-      for workers in 0 4; do
-        echo "=== train.py --mode $mode --workers $workers ${args[*]}"
-        "$PY" train.py --mode "$mode" --workers "$workers" "${args[@]}"
-      done
+      for workers in 0 4; do run --mode "$mode" --workers "$workers" "${args[@]}"; done
     done
     ;;
   alternating)
     for repeat in $(seq 1 "${REPEATS:-3}"); do
-      for workers in ${WORKERS:-0 4}; do
-        echo "=== repeat $repeat: train.py --mode bench --workers $workers ${args[*]}"
-        "$PY" train.py --mode bench --workers "$workers" --repeat "$repeat" "${args[@]}"
-      done
+      for workers in ${WORKERS:-0 4}; do run --mode bench --workers "$workers" --repeat "$repeat" "${args[@]}"; done
     done
     ;;
   *) echo "run-local.sh: error: unknown target '$what' (main or alternating)" >&2; exit 2 ;;
 esac
-echo "=== local runs: $POLYAXON_OFFLINE_ROOT ($PY -m polyaxon ops ls --offline --path $POLYAXON_OFFLINE_ROOT)"
+
+new=$(comm -13 <(echo "$before") <(list_runs))
+echo
+echo "=== the runs of this call (all local runs: $PY -m polyaxon ops ls --offline --path $POLYAXON_OFFLINE_ROOT)"
+if [ -n "$new" ]; then
+  # shellcheck disable=SC2086  # one uuid per word
+  "$PY" scripts/report.py "$POLYAXON_OFFLINE_ROOT" $new
+else
+  echo "no runs were recorded"
+fi
+[ "$failed" = 0 ] || { echo "*** $failed job(s) failed" >&2; exit 1; }

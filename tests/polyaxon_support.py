@@ -173,6 +173,49 @@ class Sandbox:
         return proc, container
 
 
+class StandInAgent:
+    """The agent's part for a run that is stopped while it runs: on `stopping`, SIGTERM to the process
+    (what deleting the pod does), then the process records its own end."""
+
+    def __init__(self, sandbox, project, run_uuid):
+        self.sandbox, self.project, self.run_uuid = sandbox, project, run_uuid
+        self.client = sandbox.run_client(project, run_uuid)
+
+    def start(self):
+        self.client.refresh_data()
+        container = json.loads(self.client.run_data.content)["run"]["container"]
+        workdir = container["workingDir"].replace("/plx-context", self.sandbox.context, 1)
+        self.client.log_status("running", reason="TestAgentStandIn", message="executing the resolved command")
+        self.proc = subprocess.Popen(
+            container["command"] + container["args"], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=self.sandbox.env(POLYAXON_RUN_INSTANCE=f"default.{self.project}.runs.{self.run_uuid}",
+                                            POLYAXON_IS_MANAGED="true", POLYAXON_CONTEXT_ROOT=self.sandbox.context))
+        return self
+
+    def wait_for_line(self, marker, timeout=300):
+        deadline = time.time() + timeout
+        for line in self.proc.stderr:
+            if marker in line:
+                return line
+            if time.time() > deadline:
+                break
+        raise AssertionError(f"the run never printed {marker!r}")
+
+    def status(self):
+        self.client.refresh_data()
+        return getattr(self.client.run_data.status, "value", self.client.run_data.status)
+
+    def terminate_when_stopping(self, timeout=60):
+        deadline = time.time() + timeout
+        while self.status() != "stopping":
+            assert time.time() < deadline, f"the run never became stopping (status {self.status()})"
+            time.sleep(0.5)
+        self.proc.send_signal(15)
+        rest = self.proc.stderr.read()
+        self.proc.wait(timeout=120)
+        return self.proc.returncode, rest
+
+
 def created_uuid(output):
     """The run uuid from `polyaxon run` output ('A new run was created: owner/project:name@UUID')."""
     for line in output.splitlines():

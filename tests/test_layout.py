@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 # Lowest first: a module may import only modules listed before it.
-LAYERS = ["scopes", "runinfo", "summarize", "speedups", "speedups.options", "speedups.gpu_input",
+LAYERS = ["scopes", "runinfo", "stopping", "summarize", "speedups", "speedups.options", "speedups.gpu_input",
           "speedups.prefetch", "speedups.cuda_graph", "profiling", "compare", "train"]
 
 

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from conftest import load_offline_run
-from polyaxon_support import created_uuid
+from polyaxon_support import StandInAgent, created_uuid
 
 CPU_SIZED = ["-P", "batch_size=4", "-P", "warmup_steps=1", "-P", "bench_steps=2", "-P", "data=synthetic",
              "-P", "device=cpu", "-P", "install=false"]
@@ -75,3 +75,23 @@ def test_offline_run_pushed_and_read_back(sandbox, project, bench_run):
     local = load_offline_run(bench_run["root"], bench_run["uuid"])
     assert run["outputs"]["samples_per_sec"] == pytest.approx(local["outputs"]["samples_per_sec"])
     assert run["status"] == "succeeded" and run["name"] == "bench-workers0"
+
+
+def test_a_run_stopped_from_polyaxon_ends_stopped_with_its_run_json(sandbox, project, tmp_path):
+    """`polyaxon ops stop` while the run trains: SIGTERM reaches train.py (the polyaxonfile execs it), which
+    ends at the next step boundary, uploads run.json and sets the run's status to stopped."""
+    submitted = sandbox.cli("run", "-f", "polyaxonfile.yaml", "-u", "-p", project, "-P", "mode=bench",
+                            "-P", "workers=0", *[p.replace("bench_steps=2", "bench_steps=100000") for p in CPU_SIZED])
+    run_uuid = created_uuid(submitted.stdout)
+    agent = StandInAgent(sandbox, project, run_uuid).start()
+    agent.wait_for_line("bench: timing")
+    sandbox.cli("ops", "stop", "-p", project, "-uid", run_uuid, "--yes")
+    code, stderr = agent.terminate_when_stopping()
+    assert code == 128 + 15 and "Traceback" not in stderr, stderr
+    assert "stopped by SIGTERM during bench" in stderr
+    assert get_run_json(sandbox, project, run_uuid)["status"] == "stopped"
+    sandbox.cli("ops", "artifacts", "-p", project, "-uid", run_uuid, "-f", "outputs/run.json",
+                "--path-to", str(tmp_path))
+    with open(tmp_path / "outputs" / "run.json") as f:
+        record = json.load(f)
+    assert record["status"] == "stopped" and record["stopped"]["signal"] == "SIGTERM"

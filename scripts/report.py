@@ -1,0 +1,191 @@
+"""What `make run` prints at the end: the bench rates and the trace evidence of offline runs.
+
+    python scripts/report.py .polyaxon-offline                     # every run under the root
+    python scripts/report.py .polyaxon-offline UUID [UUID ...]     # these runs
+    python scripts/report.py .polyaxon-offline --since 2026-12-02T17:00:00+00:00
+
+Reads <root>/runs/<uuid>/run.plx.json (name, status, inputs, outputs, created_at) and, where it
+exists, <root>/runs/<uuid>/outputs/run.json (settings, device, results). Bench runs: samples/s of
+the unprofiled window, one row per job. Profile runs: the headline trace evidence (GPU idle share,
+input gap share of the idle time, profiled step ms) and the traces to open in Perfetto. Failed or
+unfinished runs are listed with their error. Standard library only; compare.py judges repeats.
+"""
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+
+# Settings that every run has; any other setting that is switched on is a candidate fix worth naming.
+BASE_SETTINGS = {"mode", "workers", "batch_size", "warmup_steps", "bench_steps", "data", "data_dir",
+                 "device", "seed", "lr", "momentum", "weight_decay", "trace_format", "output_dir", "repeat"}
+EVIDENCE = (("gpu_idle_share", "GPU idle share", "{:.2f}"),
+            ("input_gap_share", "input gap share of idle", "{:.2f}"),
+            ("profiled_step_ms", "profiled step ms", "{:.1f}"))
+PERFETTO = "https://ui.perfetto.dev (Perfetto v57.1 or later)"
+
+
+class ReportError(Exception):
+    pass
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def parse_time(text):
+    t = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def load_runs(root, uuids=(), since=None):
+    """The runs under root (those in uuids, or created at or after since), oldest first."""
+    runs_dir = os.path.join(root, "runs")
+    if not os.path.isdir(runs_dir):
+        raise ReportError(f"{root} holds no offline runs (no runs/ folder)")
+    wanted = list(uuids) or sorted(os.listdir(runs_dir))
+    runs = []
+    for uuid in wanted:
+        base = os.path.join(runs_dir, uuid)
+        plx = read_json(os.path.join(base, "run.plx.json"))
+        if plx is None:
+            if uuids:  # asked for by name: say it is missing rather than skip it
+                runs.append({"uuid": uuid, "base": base, "plx": {"status": "no run.plx.json"}, "run": None})
+            continue
+        if since is not None and (not plx.get("created_at") or parse_time(plx["created_at"]) < since):
+            continue
+        runs.append({"uuid": uuid, "base": base, "plx": plx,
+                     "run": read_json(os.path.join(base, "outputs", "run.json"))})
+    return sorted(runs, key=lambda r: str(r["plx"].get("created_at") or ""))
+
+
+def settings_of(r):
+    return (r["run"] or {}).get("settings") or r["plx"].get("inputs") or {}
+
+
+def configuration(settings):
+    """The run's settings as train.py flags: workers, then every candidate fix that is on."""
+    flags = [f"--workers {settings.get('workers', 0)}"] if not settings.get("gpu_input") else []
+    for k in sorted(set(settings) - BASE_SETTINGS):
+        v = settings[k]
+        if v is False or v is None or v == "off":
+            continue
+        flag = "--" + k.replace("_", "-")
+        flags.append(flag if v is True else f"{flag} {v}")
+    return " ".join(flags) or "defaults"
+
+
+def device_of(r):
+    run = r["run"] or {}
+    gpu = (run.get("environment") or {}).get("gpu")
+    return gpu or run.get("device") or settings_of(r).get("device") or "?"
+
+
+def cpu_only(r):
+    run = r["run"] or {}
+    return run.get("device") == "cpu" or (run.get("results") or {}).get("gpu_tracks") is False
+
+
+def figure(r, key, fmt):
+    value = (r["plx"].get("outputs") or {}).get(key)
+    if value is None:
+        evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
+        value = evidence.get(key)
+    if value is None:
+        return "n/a (CPU-only trace)" if cpu_only(r) and key != "profiled_step_ms" else "n/a"
+    return fmt.format(value)
+
+
+def trace_paths(r):
+    """The traces of a profile run; paths recorded on another machine are found under this root."""
+    paths = []
+    for c in ((r["run"] or {}).get("results") or {}).get("cycles") or []:
+        path = c.get("trace")
+        if not path:
+            continue
+        if not os.path.exists(path) and "/outputs/" in path:
+            path = os.path.join(r["base"], "outputs", path.split("/outputs/", 1)[1])
+        if not os.path.exists(path):
+            paths.append(f"{path} (missing)")
+            continue
+        rel = os.path.relpath(path)
+        paths.append(path if rel.startswith("..") else rel)  # short when under the current folder
+    return paths
+
+
+def table(header, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def report(runs):
+    """The text make run ends with; pure, so it can be tested on fabricated run folders."""
+    ok = [r for r in runs if r["plx"].get("status") == "succeeded" and r["run"] is not None]
+    bench = [r for r in ok if settings_of(r).get("mode") == "bench"]
+    profile = [r for r in ok if settings_of(r).get("mode") == "profile"]
+    others = [r for r in runs if r not in ok]
+    out = []
+    if bench:
+        rows = []
+        for r in bench:
+            res = r["run"].get("results") or {}
+            rate = (r["plx"].get("outputs") or {}).get("samples_per_sec") or res.get("samples_per_sec")
+            window = (f"{res['window_steps']} batches in {res['window_seconds']:.2f} s"
+                      if res.get("window_steps") and res.get("window_seconds") else "")
+            if res.get("share_of_gpu_limit") is not None:  # --cuda-graph runs measure their kernel-time limit
+                window += f", {res['share_of_gpu_limit']:.1%} of the GPU limit"
+            rows.append([r["uuid"][:8], configuration(settings_of(r)), device_of(r),
+                         f"{rate:,.1f}" if rate is not None else "n/a", window])
+        out += ["bench: samples/s over the unprofiled window, one job per row",
+                table(["run", "configuration", "device", "samples/s", "window"], rows),
+                "(one job per setting is a first look: make bench-alternating, then make compare)", ""]
+    if profile:
+        rows = [[r["uuid"][:8], configuration(settings_of(r)), device_of(r)] +
+                [figure(r, key, fmt) for key, _, fmt in EVIDENCE] for r in profile]
+        out += ["profile: trace evidence, both cycles pooled (profiled steps run slower than bench ones)",
+                table(["run", "configuration", "device"] + [title for _, title, _ in EVIDENCE], rows), "",
+                f"traces to open at {PERFETTO}; per step: python summarize.py TRACE"]
+        for r in profile:
+            out += [f"  {r['uuid'][:8]} {configuration(settings_of(r))}:"] + \
+                   [f"    {p}" for p in trace_paths(r) or ["(none recorded)"]]
+        out.append("")
+    if others:
+        out.append("not succeeded:")
+        for r in others:
+            stopped = (r["run"] or {}).get("stopped")
+            why = ((r["run"] or {}).get("error") or ("no run.json" if r["run"] is None else "") or
+                   (f"{stopped['signal']} during {stopped['phase']}" if stopped else ""))
+            name = r["plx"].get("name") or settings_of(r).get("mode") or "?"
+            out.append(f"  {r['uuid'][:8]} {name} [{r['plx'].get('status') or 'unknown'}] {why}".rstrip())
+        out.append("")
+    if not runs:
+        out.append("no runs to report")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n")[0])
+    p.add_argument("root", help="an offline root (POLYAXON_OFFLINE_ROOT), e.g. .polyaxon-offline")
+    p.add_argument("uuids", nargs="*", help="the runs to report (default: every run under the root)")
+    p.add_argument("--since", type=parse_time, default=None,
+                   help="only runs created at or after this ISO time, e.g. 2026-12-02T17:00:00+00:00")
+    args = p.parse_args(argv)
+    try:
+        runs = load_runs(args.root, args.uuids, args.since)
+    except ReportError as e:
+        print(f"report.py: error: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(report(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""scripts/report.py: what make run prints at the end, from fabricated offline run folders."""
+import json
+import os
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import report  # noqa: E402
+
+
+def make_run(root, uuid, created_at, status, settings, outputs=None, run_json=None):
+    base = root / "runs" / uuid
+    (base / "outputs").mkdir(parents=True)
+    (base / "run.plx.json").write_text(json.dumps({"name": f"{settings['mode']}-{uuid}", "status": status,
+                                                   "created_at": created_at, "inputs": settings,
+                                                   "outputs": outputs or {}}))
+    if run_json is not None:
+        (base / "outputs" / "run.json").write_text(json.dumps({"settings": settings, **run_json}))
+    return base
+
+
+def fabricated(root):
+    make_run(root, "b" * 32, "2026-12-02T10:01:00+00:00", "succeeded", {"mode": "bench", "workers": 4},
+             {"samples_per_sec": 42.5}, {"device": "cpu", "results": {"samples_per_sec": 42.5, "window_steps": 5,
+                                                                      "window_seconds": 1.0}})
+    p = make_run(root, "p" * 32, "2026-12-02T10:00:00+00:00", "succeeded", {"mode": "profile", "workers": 0},
+                 {"profiled_step_ms": 812.5},
+                 {"device": "cpu", "results": {"gpu_tracks": False, "evidence": {"gpu_idle_share": None},
+                                               "cycles": []}})
+    trace = p / "outputs" / "traces" / "t.pt.trace.json.gz"
+    trace.parent.mkdir()
+    trace.write_bytes(b"")
+    record = json.loads((p / "outputs" / "run.json").read_text())
+    record["results"]["cycles"] = [{"trace": f"/elsewhere/runs/{'p' * 32}/outputs/traces/t.pt.trace.json.gz"}]
+    (p / "outputs" / "run.json").write_text(json.dumps(record))
+    make_run(root, "f" * 32, "2026-12-02T10:02:00+00:00", "failed", {"mode": "bench", "workers": 0}, {},
+             {"error": "UserError: boom"})
+    make_run(root, "r" * 32, "2026-12-02T10:03:00+00:00", "running", {"mode": "bench", "workers": 0})
+
+
+def test_report_shows_rates_evidence_traces_and_failures(tmp_path):
+    fabricated(tmp_path)
+    text = report.report(report.load_runs(str(tmp_path)))
+    assert "42.5" in text
+    assert "n/a (CPU-only trace)" in text and "812.5" in text
+    assert str(tmp_path / "runs" / ("p" * 32) / "outputs" / "traces" / "t.pt.trace.json.gz") in text
+    assert "/elsewhere" not in text, "a trace recorded on another machine is looked up under the root"
+    assert "[failed] UserError: boom" in text and "[running] no run.json" in text
+    assert text.index("ffffffff") < text.index("rrrrrrrr"), "rows follow the creation order"
+
+
+def test_report_since_and_missing_runs(tmp_path, capsys):
+    fabricated(tmp_path)
+    assert report.main([str(tmp_path), "--since", "2026-12-02T10:02:30+00:00"]) == 0
+    out = capsys.readouterr().out
+    assert "rrrrrrrr" in out and "bbbbbbbb" not in out
+    assert report.main([str(tmp_path), "0" * 32]) == 0
+    assert "00000000" in capsys.readouterr().out
+    assert report.main([str(tmp_path / "nothing")]) == 1

@@ -58,7 +58,9 @@ def training_flops(torch, build_model, image_shape=(3, 32, 32), batch=2):
         loss.backward()
 
     def by_op(counter):
-        return {str(op): n // batch for op, n in counter.get_flop_counts().get("Global", {}).items()}
+        # Named "aten.convolution" or "aten.convolution.default" depending on the torch version.
+        counts = counter.get_flop_counts().get("Global", {})
+        return {str(op).removesuffix(".default"): n // batch for op, n in counts.items()}
 
     fwd, bwd = forward.get_total_flops(), backward.get_total_flops()
     if fwd <= 0 or fwd % batch or bwd % batch:

@@ -78,7 +78,7 @@ def cgroup_quotas(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup")
     for d in walk_up(cgroup_root, v2):
         quota = read_quota_v2(d)
         if quota is not None:
-            found.append((quota, f"cgroup v2 {d}"))
+            found.append((quota, f"cgroup v2 {os.path.join(d, 'cpu.max')}"))
     # v1: the cpu controller's mount, named one way or another (often a link to the other name: read one).
     mounts = [os.path.join(cgroup_root, n) for n in ("cpu", "cpu,cpuacct", "cpuacct,cpu")]
     mount = next((m for m in mounts if os.path.isdir(m)), None)
@@ -87,7 +87,7 @@ def cgroup_quotas(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup")
     for d in walk_up(mount, v1) if mount else []:
         quota = read_quota_v1(d)
         if quota is not None:
-            found.append((quota, f"cgroup v1 {d}"))
+            found.append((quota, f"cgroup v1 {os.path.join(d, 'cpu.cfs_quota_us')}"))
     return found
 
 

@@ -374,7 +374,8 @@ def gpu_bound(runs):
     if any(v is None for v in shares + ms + rates):
         return None
     return {"median_share": statistics.median(shares), "min_share": min(shares),
-            "median_gpu_ms_per_step": statistics.median(ms), "median_gpu_time_samples_per_sec": statistics.median(rates)}
+            "median_gpu_ms_per_step": statistics.median(ms),
+            "median_gpu_time_samples_per_sec": statistics.median(rates)}
 
 
 def hardware_ceiling(runs):
@@ -429,7 +430,7 @@ def fmt_p(p):
 def markdown_table(table):
     out = io.StringIO()
     out.write("| group | n | median samples/s | min | max | spread | ratio of medians | min/max bounds | pairs "
-              "| paired ratio: median (range) | sign test p | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+              "| paired ratio: median (range) | sign test p | verdict |\n" + "|---" * 12 + "|\n")
     for g in table["groups"]:
         cells = ["baseline", "", "", "", ""]
         if "ratio" in g:
@@ -437,8 +438,9 @@ def markdown_table(table):
             cells = [f"{g['ratio']:.2f}", f"{g['ratio_bounds'][0]:.2f}-{g['ratio_bounds'][1]:.2f}", str(paired["n"]),
                      (f"{paired['median']:.3f} ({paired['min']:.3f}-{paired['max']:.3f})" if paired["n"] else ""),
                      fmt_p(g["sign_test"]["p"])]
+        shown = "" if g["verdict"] == "baseline" else g["verdict"]
         out.write(f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_rate(g['min'])} | {fmt_rate(g['max'])} "
-                  f"| {g['spread']:.2f} | {' | '.join(cells)} | {'' if g['verdict'] == 'baseline' else g['verdict']} |\n")
+                  f"| {g['spread']:.2f} | {' | '.join(cells)} | {shown} |\n")
     compared = [g for g in table["groups"] if "ratio" in g and g["pairs"]]
     if compared:
         out.write("\nPairs (each run over the baseline run beside it in the alternating order):\n\n")
@@ -479,7 +481,8 @@ def markdown_table(table):
 
     evidence = [g for g in table["groups"] if g["evidence"]]
     if evidence:
-        out.write("\nTrace evidence (profile runs of the same settings; profiled steps are slower than bench steps):\n\n")
+        out.write("\nTrace evidence (profile runs of the same settings; profiled steps are slower than bench "
+                  "steps):\n\n")
         out.write("| group | GPU idle share | input gap share of idle | profiled step ms | median samples/s |\n"
                   "|---|---|---|---|---|\n")
         for g in evidence:
@@ -606,7 +609,8 @@ def write_outputs(result, out_dir):
                 f.flush()
                 os.fsync(f.fileno())
         if matplotlib_missing():
-            note = "comparison.png not drawn: the plot needs matplotlib (pip install matplotlib); the tables are written"
+            note = ("comparison.png not drawn: the plot needs matplotlib (pip install matplotlib); "
+                    "the tables are written")
         else:
             staged["png"] = (temp_for("comparison.png"), os.path.join(out_dir, "comparison.png"))
             plot(result, staged["png"][0])

@@ -224,8 +224,10 @@ NESTED = [
     ({"cpu.max": "300000 100000\n"}, "0::/kubepods/pod1/ctr\n", 3.0, "cgroup v2"),
     # v1: the cpu controller's own path from /proc/self/cgroup, then its parents; -1 is no quota.
     ({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-      "cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "300000\n", "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000\n",
-      "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_period_us": "100000\n"},
+      "cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "300000\n",
+      "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000\n",
+      "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_quota_us": "-1\n",
+      "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_period_us": "100000\n"},
      "12:memory:/kubepods/pod1/ctr\n4:cpu,cpuacct:/kubepods/pod1/ctr\n0::/\n", 3.0, "kubepods/pod1"),
     # v1: a container quota under a larger pod quota.
     ({"cpu/kubepods/cpu.cfs_quota_us": "600000\n", "cpu/kubepods/cpu.cfs_period_us": "100000\n",
@@ -257,8 +259,10 @@ def test_cpu_budget_without_quota_is_affinity(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text", [
-    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\nGCC version:  gcc 12.3.0\n",
-    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)  Thu Jan 23\n",
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+    "GCC version:  gcc 12.3.0\n",
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)  "
+    "Thu Jan 23\n",
 ])
 def test_driver_version_from_the_kernel_module_file(tmp_path, text):
     (tmp_path / "version").write_text(text)

@@ -1,32 +1,61 @@
-"""Compare repeated bench runs: typical rate, spread, and whether a difference exceeds the noise.
+"""Compare repeated bench runs: alternating whole-job repeats, paired, with an exact sign test.
 
-    python compare.py --offline .polyaxon-offline --out results/local     # local offline runs
-    python compare.py -p YOUR_PROJECT [-q 'tags:bench'] --out comparison  # runs of a Polyaxon project
+    python compare.py --offline .polyaxon-offline --out results/local --baseline workers=4
+    python compare.py -p YOUR_PROJECT [-q 'tags:study1'] --out comparison --baseline workers=4
+    python compare.py --offline ROOT --per-host ...   # runs of several machines: one table per machine
 
-Bench runs are grouped by the settings that differ between them (workers, batch size, data,
-...; the repeat index and paths are ignored). Per group: n, median, min, max and spread
-((max - min) / median). Each group is compared with the first (the baseline) by the ratio of
-medians with a bootstrap 95% interval (10,000 resamples of each group, seed 0) and the min/max
-bounds (worst and best case ratios). Profile runs are left out of the rates (profiler overhead is
-no evidence about a loader setting) and named; where a profile run matches a group, its trace
-evidence is shown beside the rate. Writes comparison.md, comparison.csv and comparison.png.
+The tutorial's design: the baseline A and each option B run as whole jobs in alternating order
+(A B A B ..., or A B C A B C ... for several options), so that a slow drift of the machine hits both
+alike. Each run of B is paired with the run of A beside it in that order: the same --repeat index
+where every run of both has one, else by start time (created_at), each run used once.
+
+Per group, unpaired: n, median, min, max, spread ((max - min) / median), the ratio of medians to the
+baseline and its min/max bounds (min(B)/max(A) to max(B)/min(A): the worst and best case ratios).
+Per pair: the ratio B/A; the table gives the pairs' median ratio and range.
+
+The test of "no difference": an exact two-sided sign test on the paired ratios. If the option changes
+nothing, the two runs of a pair are exchangeable, so each ratio falls above or below 1 with probability
+1/2 whatever the machine's noise: with k of n ratios above 1, p = min(1, 2 P(X <= min(k, n - k))) for
+X ~ Binomial(n, 1/2), computed exactly. It is preferred here to the exact permutation test on log
+ratios because one disturbed window (a stray process, a clock change) counts as one sign, not as a
+large magnitude. Both share a floor: the smallest p that n pairs can give is 2 / 2^n, so p < 0.05
+needs 6 pairs. Ties (a ratio of exactly 1) count for neither side and are dropped. Below the floor
+the table says "too few repeats for a verdict (n=..., need ...)"; from it on, "faster" or "slower"
+where p < 0.05, else "within the noise" (no difference shown with these pairs, which is not proof
+that there is none).
+
+Groups: every setting that changes what is measured (workers, batch size, data, bench and warm-up
+steps, each option); the repeat index, paths and the trace format do not split groups, and a
+switched-off option (False, "off", or absent in older runs) is one value. Runs of different
+machines (host, GPU, driver, torch, CUDA, CPU budget) are never pooled: compare.py refuses and names
+what differs, or with --per-host makes one table per machine. Per group, where the runs carry them:
+model TFLOP/s and MFU (train.py's FLOP count; older runs lack it and the table says so), the
+GPU-bound share of --cuda-graph runs, and the trace evidence of a matching profile run (profile runs
+never enter the rates). Writes comparison.md, .csv, .json and .png together, all or none; without
+matplotlib, the tables alone and a one-line note.
 """
 
 import argparse
 import csv
 import io
 import json
+import math
 import os
-import random
 import statistics
 import sys
 import tempfile
 import textwrap
+from datetime import datetime, timezone
 
-IGNORED = {"repeat", "output_dir", "data_dir", "mode", "bench_steps", "trace_format", "warmup_steps"}
-ENVIRONMENT = ("gpu", "torch", "cuda", "cpu_budget")
+IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format"}
+# A profile run has no bench window: its evidence stands beside a group whatever the window's length.
+EVIDENCE_IGNORED = IGNORED | {"bench_steps", "warmup_steps"}
+MACHINE = ("host", "gpu", "driver", "torch", "cuda", "cpu_budget")
 EVIDENCE = ("gpu_idle_share", "input_gap_share", "profiled_step_ms")
-BOOTSTRAP = 10_000
+ALPHA = 0.05
+# Outputs of older train.py runs under their former names ("kernel-time limit"), read where the new ones are missing.
+OLD_NAMES = {"gpu_bound_share": "share_of_gpu_limit", "gpu_time_samples_per_sec": "gpu_limit_samples_per_sec"}
+NO_FLOPS = "these runs predate train.py's FLOP count (no model_tflops_per_sec output)"
 
 
 class CompareError(Exception):
@@ -35,18 +64,52 @@ class CompareError(Exception):
 
 # --------------------------------------------------------------------------- gathering
 
-def record_from(uuid, name, created_at, status, inputs, outputs, run_json):
-    """One run, the same shape whether it came from Polyaxon or from an offline folder."""
+def moment(value):
+    """A start time as an ISO string in UTC, so that runs from either source sort in start order."""
+    if value in (None, ""):
+        return ""
+    try:
+        d = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return str(value)
+    return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
+
+
+def failure_of(conditions):
+    """reason: message of the last failed status condition, if any."""
+    for c in reversed(conditions or []):
+        c = c if isinstance(c, dict) else c.to_dict()
+        if c.get("type") == "failed":
+            return ": ".join(str(v) for v in (c.get("reason"), c.get("message")) if v) or None
+    return None
+
+
+def record_from(uuid, name, created_at, status, inputs, outputs, run_json, conditions=None):
+    """One run, the same shape whether it came from Polyaxon or from an offline folder.
+
+    The machine facts come from the run's outputs (env_*, logged by train.py) where present, else from
+    its run.json (older runs).
+    """
     run_json = run_json or {}
-    settings = dict(run_json.get("settings") or inputs or {})
-    env = run_json.get("environment") or {}
-    budget = (run_json.get("cpu_budget") or {}).get("cpus")
+    outputs = dict(outputs or {})
+    for new, old in OLD_NAMES.items():
+        if outputs.get(new) is None and outputs.get(old) is not None:
+            outputs[new] = outputs[old]
+    settings = run_json.get("settings") or inputs or None
+    if "env_host" in outputs:
+        machine = {k: outputs.get(f"env_{k}") for k in MACHINE}
+        facts = "outputs"
+    else:
+        env = run_json.get("environment") or {}
+        machine = {"host": env.get("hostname"), "gpu": env.get("gpu"), "driver": env.get("driver"),
+                   "torch": env.get("torch"), "cuda": env.get("cuda"),
+                   "cpu_budget": (run_json.get("cpu_budget") or {}).get("cpus")}
+        facts = "run.json" if env else None
     return {
-        "uuid": uuid, "name": name, "created_at": str(created_at or ""), "status": status,
-        "mode": settings.get("mode"), "settings": settings, "outputs": outputs or {},
-        "samples_per_sec": (outputs or {}).get("samples_per_sec"),
-        "environment": {"gpu": env.get("gpu"), "torch": env.get("torch"), "cuda": env.get("cuda"),
-                        "cpu_budget": budget},
+        "uuid": uuid, "name": name, "created_at": moment(created_at), "status": status,
+        "logged_inputs": settings is not None, "settings": dict(settings or {}),
+        "mode": (settings or {}).get("mode"), "outputs": outputs, "samples_per_sec": outputs.get("samples_per_sec"),
+        "machine": machine, "facts_from": facts, "error": run_json.get("error") or failure_of(conditions),
     }
 
 
@@ -70,12 +133,17 @@ def gather_offline(root):
         except (OSError, json.JSONDecodeError):
             pass
         records.append(record_from(uuid, run.get("name"), run.get("created_at"), run.get("status"),
-                                   run.get("inputs"), run.get("outputs"), run_json))
+                                   run.get("inputs"), run.get("outputs"), run_json, run.get("status_conditions")))
     return records
 
 
 def gather_polyaxon(project, query=None, limit=500):
-    """Runs of a Polyaxon project through the client; run.json is downloaded for the environment."""
+    """Runs of a Polyaxon project from one listing of their inputs and outputs.
+
+    The listing (what RunClient.get_runs_io flattens, without the start times and states that pairing
+    needs) carries train.py's machine facts as env_* outputs; run.json is downloaded only for runs
+    that lack them (older ones).
+    """
     from polyaxon.client import RunClient
     owner, _, name = project.rpartition("/")
     client = RunClient(owner=owner or None, project=name)
@@ -84,15 +152,18 @@ def gather_polyaxon(project, query=None, limit=500):
     with tempfile.TemporaryDirectory() as tmp:
         for r in runs:
             run_json = None
-            rc = RunClient(owner=client.owner, project=name, run_uuid=r.uuid)
-            try:
-                path = rc.download_artifact(path="outputs/run.json", path_to=os.path.join(tmp, r.uuid))
-                with open(path) as f:
-                    run_json = json.load(f)
-            except Exception as e:  # a run without run.json (failed early) is still listed
-                print(f"compare.py: note: {r.uuid}: no run.json ({type(e).__name__})", file=sys.stderr)
+            if "env_host" not in (r.outputs or {}):
+                rc = RunClient(owner=client.owner, project=name, run_uuid=r.uuid)
+                try:
+                    path = rc.download_artifact(path="outputs/run.json", path_to=os.path.join(tmp, r.uuid))
+                    with open(path) as f:
+                        run_json = json.load(f)
+                except Exception as e:  # a run without run.json (failed early) is still listed
+                    print(f"compare.py: note: {r.uuid}: no machine facts in its outputs and no run.json "
+                          f"({type(e).__name__})", file=sys.stderr)
             status = getattr(r.status, "value", r.status)
-            records.append(record_from(r.uuid, r.name, r.created_at, status, r.inputs, r.outputs, run_json))
+            records.append(record_from(r.uuid, r.name, r.created_at, status, r.inputs, r.outputs, run_json,
+                                       r.status_conditions))
     return records
 
 
@@ -104,101 +175,236 @@ def describe(rates):
             "spread": (max(rates) - min(rates)) / median if median else None}
 
 
-def bootstrap_ratio(base, other, resamples=BOOTSTRAP, seed=0):
-    """95% percentile interval of median(other) / median(base), resampling each group."""
-    rng = random.Random(seed)
-    ratios = sorted(statistics.median(rng.choices(other, k=len(other))) /
-                    statistics.median(rng.choices(base, k=len(base))) for _ in range(resamples))
-    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+def smallest_p(n):
+    """The smallest two-sided p the exact sign test (or the exact paired permutation test) can give with n pairs."""
+    return min(1.0, 2 / 2 ** n)
+
+
+def pairs_needed(alpha=ALPHA):
+    """The fewest pairs with which p < alpha is reachable at all."""
+    n = 0
+    while smallest_p(n) >= alpha:
+        n += 1
+    return n
+
+
+def sign_test(ratios):
+    """Exact two-sided sign test of "no difference" on paired ratios B/A; ties (exactly 1) are dropped."""
+    untied = [r for r in ratios if r != 1]
+    n, above = len(untied), sum(r > 1 for r in untied)
+    tail = sum(math.comb(n, i) for i in range(min(above, n - above) + 1)) / 2 ** n
+    return {"pairs": len(ratios), "untied": n, "above_1": above, "below_1": n - above,
+            "p": min(1.0, 2 * tail), "smallest_p": smallest_p(n), "needed": pairs_needed()}
+
+
+def verdict(test, alpha=ALPHA):
+    if test["smallest_p"] >= alpha:
+        untied = f", {test['untied']} untied" if test["untied"] != test["pairs"] else ""
+        return f"too few repeats for a verdict (n={test['pairs']} pairs{untied}, need {test['needed']})"
+    if test["p"] < alpha:
+        return "faster" if test["above_1"] > test["below_1"] else "slower"
+    return "within the noise"
+
+
+def pair_runs(base_runs, runs):
+    """[(baseline run, run)]: each run with the baseline run beside it in the alternating order, and how.
+
+    Same repeat index where every run of both groups has one, each index once per group (and some
+    index shared); else start order: walking both groups' runs by created_at, two neighbours of
+    different groups form a pair, each run in one pair at most.
+    """
+    def repeat(r):
+        return r["settings"].get("repeat")
+    indices_a, indices_b = [repeat(r) for r in base_runs], [repeat(r) for r in runs]
+    if None not in indices_a + indices_b and len(set(indices_a)) == len(indices_a) \
+            and len(set(indices_b)) == len(indices_b) and set(indices_a) & set(indices_b):
+        by_index = {repeat(r): r for r in base_runs}
+        return [(by_index[repeat(b)], b) for b in runs if repeat(b) in by_index], "repeat index"
+    merged = sorted([(r["created_at"], 0, r) for r in base_runs] + [(r["created_at"], 1, r) for r in runs],
+                    key=lambda t: (t[0], t[1]))
+    pairs, i = [], 0
+    while i + 1 < len(merged):
+        (_, ga, ra), (_, gb, rb) = merged[i], merged[i + 1]
+        if ga != gb:
+            pairs.append((ra, rb) if ga == 0 else (rb, ra))
+            i += 2
+        else:
+            i += 1
+    return pairs, "start order"
+
+
+# --------------------------------------------------------------------------- grouping
+
+def setting(r, k):
+    """A setting's value for grouping: switched off (False, "off", or absent in older runs) is one value."""
+    v = r["settings"].get(k)
+    return None if v is False or v == "off" else v
 
 
 def label(key):
-    """The group's settings; switched-off options (False, None, "off") are left out of the name."""
-    shown = [f"{k}={v}" for k, v in key if not (v is False or v is None or v == "off")]  # 0 is shown
+    """The group's settings; switched-off options are left out of the name."""
+    shown = [f"{k}={v}" for k, v in key if v is not None]  # 0 is shown
     return ", ".join(shown) or ("defaults" if key else "all runs")
 
 
-def compare_records(records, baseline=None):
-    """Split, group, describe and compare; pure, so it is tested on fabricated records.
+def machine_key(r):
+    return tuple(r["machine"].get(k) for k in MACHINE)
+
+
+def machine_label(key):
+    m = dict(zip(MACHINE, key))
+    if all(v is None for v in key):
+        return "unknown machine (runs without recorded facts)"
+    cpus = "CPU budget not recorded" if m["cpu_budget"] is None else f"{m['cpu_budget']:g} CPUs"
+    driver = "" if m["gpu"] == "cpu" else f", driver {m['driver'] or 'not recorded'}"
+    return f"host {m['host']}: {m['gpu']}{driver}, torch {m['torch']}, CUDA {m['cuda']}, {cpus}"
+
+
+def mixed_machines(bench):
+    """One line naming each machine fact that differs between runs, with its values."""
+    parts = []
+    for i, k in enumerate(MACHINE):
+        values = sorted({str(machine_key(r)[i]) for r in bench})
+        if len(values) > 1:
+            parts.append(f"{k}: {', '.join(values)}")
+    return "; ".join(parts)
+
+
+def left_out_reason(r):
+    if not r["logged_inputs"]:
+        why = f"never logged its inputs (status {r['status']}"
+        return why + (f": {r['error']})" if r["error"] else ")")
+    if r["mode"] == "profile":
+        return "profile run: profiled steps are not throughput evidence"
+    if r["mode"] != "bench":
+        return f"mode={r['mode']}: not a bench run"
+    if r["status"] != "succeeded":
+        return f"status {r['status']}" + (f": {r['error']}" if r["error"] else "")
+    if r["samples_per_sec"] is None:
+        return "no samples_per_sec output"
+    return None
+
+
+def compare_records(records, baseline=None, per_host=False):
+    """Split, group, describe, pair and test; pure, so it is tested on fabricated records.
 
     baseline: a group label such as "workers=4" to compare against (default: the first group).
+    per_host: one table per machine instead of refusing runs of several machines.
     """
     left_out, bench = [], []
     for r in records:
-        if r["mode"] != "bench":
-            left_out.append((r, f"mode={r['mode']}: profiled runs are not throughput evidence"))
-        elif r["status"] != "succeeded":
-            left_out.append((r, f"status {r['status']}"))
-        elif r["samples_per_sec"] is None:
-            left_out.append((r, "no samples_per_sec output"))
+        why = left_out_reason(r)
+        if why:
+            left_out.append((r, why))
         else:
             bench.append(r)
     if not bench:
         raise CompareError("no succeeded bench runs to compare (run train.py --mode bench first)")
     keys = sorted({k for r in bench for k in r["settings"]} - IGNORED)
-    varying = [k for k in keys if len({json.dumps(r["settings"].get(k)) for r in bench}) > 1]
-    groups = {}
-    for r in sorted(bench, key=lambda r: r["created_at"]):
-        key = tuple((k, r["settings"].get(k)) for k in varying)
-        groups.setdefault(key, []).append(r)
-    ordered = sorted(groups, key=lambda k: [json.dumps(v) if not isinstance(v, (int, float)) else f"{v:020.6f}"
-                                            for _, v in k])
-    if baseline is not None:
-        labels = [label(k) for k in ordered]
-        if baseline not in labels:
-            raise CompareError(f"--baseline {baseline!r} is none of the groups: {', '.join(labels)}")
-        ordered.insert(0, ordered.pop(labels.index(baseline)))
+    varying = [k for k in keys if len({json.dumps(setting(r, k)) for r in bench}) > 1]
+    machines = {}
+    for r in bench:
+        machines.setdefault(machine_key(r), []).append(r)
+    if len(machines) > 1 and not per_host:
+        raise CompareError(f"the runs come from different machines ({mixed_machines(bench)}): their rates cannot "
+                           "be pooled; compare within each machine with --per-host, or select one machine's runs")
     warnings = []
     if len(varying) > 1:
         warnings.append(f"groups differ in more than one setting ({', '.join(varying)}): "
                         "a difference cannot be pinned on one of them")
-    for env_key in ENVIRONMENT:
-        values = {json.dumps(r["environment"].get(env_key)) for r in bench}
-        if len(values) > 1:
-            per_group = {label(k): sorted({str(r["environment"].get(env_key)) for r in groups[k]}) for k in ordered}
-            warnings.append(f"runs differ in {env_key}, not only in the setting under study: {per_group}; "
-                            "the result is conditional on the workload and the machine")
+    tables = [compare_machine(machine, runs, varying, baseline, records, len(machines) > 1)
+              for machine, runs in sorted(machines.items(), key=lambda kv: [str(v) for v in kv[0]])]
+    return {"tables": tables, "varying": varying, "warnings": warnings, "alpha": ALPHA,
+            "pairs_needed": pairs_needed(),
+            "left_out": [{"uuid": r["uuid"], "name": r["name"], "why": why} for r, why in left_out]}
+
+
+def order_key(key):
+    return [json.dumps(v) if not isinstance(v, (int, float)) or isinstance(v, bool) else f"{v:020.6f}"
+            for _, v in key]
+
+
+def compare_machine(machine, bench, varying, baseline, records, several):
+    groups = {}
+    for r in sorted(bench, key=lambda r: r["created_at"]):
+        groups.setdefault(tuple((k, setting(r, k)) for k in varying), []).append(r)
+    ordered = sorted(groups, key=order_key)
+    if baseline is not None:
+        labels = [label(k) for k in ordered]
+        if baseline not in labels:
+            where = f" on {machine_label(machine)}" if several else ""
+            raise CompareError(f"--baseline {baseline!r} is none of the groups{where}: {'; '.join(labels)}")
+        ordered.insert(0, ordered.pop(labels.index(baseline)))
+    base = groups[ordered[0]]
+    base_rates = [r["samples_per_sec"] for r in base]
     rows = []
-    base_rates = [r["samples_per_sec"] for r in groups[ordered[0]]]
     for key in ordered:
-        rates = [r["samples_per_sec"] for r in groups[key]]
-        row = {"group": label(key), "key": key, **describe(rates), "rates": rates,
-               "uuids": [r["uuid"] for r in groups[key]],
-               "environment": {e: sorted({str(r["environment"].get(e)) for r in groups[key]}) for e in ENVIRONMENT}}
-        if key != ordered[0]:
-            lo, hi = bootstrap_ratio(base_rates, rates)
-            row.update(ratio=row["median"] / statistics.median(base_rates), ratio_ci95=(lo, hi),
-                       ratio_bounds=(min(rates) / max(base_rates), max(rates) / min(base_rates)))
-            row["verdict"] = ("exceeds the noise" if lo > 1 or hi < 1 else "within the noise")
-            if row["ratio_bounds"][0] > 1 or row["ratio_bounds"][1] < 1:
-                row["verdict"] += "; the ranges do not overlap"
-        row["evidence"] = matching_evidence(records, groups[key][0]["settings"])
-        row["gpu_limit"] = gpu_limit(groups[key])
+        runs = groups[key]
+        rates = [r["samples_per_sec"] for r in runs]
+        row = {"group": label(key), "key": key, **describe(rates), "rates": rates, "uuids": [r["uuid"] for r in runs]}
+        if key == ordered[0]:
+            row["verdict"] = "baseline"
+        else:
+            pairs, how = pair_runs(base, runs)
+            ratios = [b["samples_per_sec"] / a["samples_per_sec"] for a, b in pairs]
+            test = sign_test(ratios)
+            row.update(ratio=row["median"] / statistics.median(base_rates),
+                       ratio_bounds=(min(rates) / max(base_rates), max(rates) / min(base_rates)),
+                       pairing=how, pairs=[{"baseline": a["uuid"], "run": b["uuid"], "ratio": q}
+                                           for (a, b), q in zip(pairs, ratios)],
+                       paired=({"n": len(ratios), "median": statistics.median(ratios), "min": min(ratios),
+                                "max": max(ratios)} if ratios else {"n": 0}),
+                       sign_test=test, verdict=verdict(test))
+        row["evidence"] = matching_evidence(records, runs[0]["settings"], machine)
+        row["gpu_bound"] = gpu_bound(runs)
+        row["ceiling"] = hardware_ceiling(runs)
         rows.append(row)
-    return {"groups": rows, "varying": varying, "warnings": warnings,
-            "left_out": [{"uuid": r["uuid"], "name": r["name"], "why": why} for r, why in left_out],
+    return {"machine": dict(zip(MACHINE, machine)), "machine_label": machine_label(machine), "groups": rows,
             "bench_runs": [{"uuid": r["uuid"], "created_at": r["created_at"], "samples_per_sec": r["samples_per_sec"],
-                            "group": label(tuple((k, r["settings"].get(k)) for k in varying))}
+                            "group": label(tuple((k, setting(r, k)) for k in varying))}
                            for r in sorted(bench, key=lambda r: r["created_at"])]}
 
 
-def gpu_limit(runs):
-    """Where every run measured its kernel-time limit (train.py --cuda-graph): how close it ran to it."""
-    shares = [r["outputs"].get("share_of_gpu_limit") for r in runs]
+def gpu_bound(runs):
+    """Where every run measured its step's GPU time (train.py --cuda-graph): the window's rate over the
+    rate that GPU time allows. Near 1: GPU-bound; not a measure of how close the GPU is to its peak."""
+    shares = [r["outputs"].get("gpu_bound_share") for r in runs]
     ms = [r["outputs"].get("gpu_ms_per_step") for r in runs]
-    rates = [r["outputs"].get("gpu_limit_samples_per_sec") for r in runs]
+    rates = [r["outputs"].get("gpu_time_samples_per_sec") for r in runs]
     if any(v is None for v in shares + ms + rates):
         return None
     return {"median_share": statistics.median(shares), "min_share": min(shares),
-            "median_gpu_ms_per_step": statistics.median(ms), "median_limit_samples_per_sec": statistics.median(rates)}
+            "median_gpu_ms_per_step": statistics.median(ms),
+            "median_gpu_time_samples_per_sec": statistics.median(rates)}
 
 
-def matching_evidence(records, settings):
+def hardware_ceiling(runs):
+    """Model TFLOP/s and MFU where every run counted its FLOPs; else None, said in the tables."""
+    tflops = [r["outputs"].get("model_tflops_per_sec") for r in runs]
+    if any(v is None for v in tflops):
+        return None
+    mfus = [r["outputs"].get("mfu") for r in runs]
+    peaks = sorted({(r["outputs"].get("peak_tflops"), r["outputs"].get("peak_precision")) for r in runs}, key=str)
+    out = {"flops_per_sample": statistics.median(r["outputs"].get("flops_per_sample") or 0 for r in runs),
+           "median_tflops": statistics.median(tflops), "median_mfu": None, "peaks": peaks, "mfu_note": None}
+    if all(m is not None for m in mfus):
+        out["median_mfu"] = statistics.median(mfus)
+    else:
+        from flops import PEAKS
+        gpus = sorted({str(r["machine"].get("gpu")) for r in runs if r["outputs"].get("mfu") is None})
+        out["mfu_note"] = "; ".join("CPU run: no GPU peak" if g == "cpu" else
+                                    (f"no dense peak known for {g}" if g not in PEAKS else f"{g}: MFU not logged")
+                                    for g in gpus)
+    return out
+
+
+def matching_evidence(records, settings, machine):
     """Trace evidence of the latest succeeded profile run with the group's settings (all of them, not only
-    those that vary between the bench groups: a profile run of another option must not stand in)."""
+    those that vary between the bench groups: a profile run of another option must not stand in) on
+    the same machine."""
     def same(r):
-        keys = (set(r["settings"]) | set(settings)) - IGNORED
-        return all(r["settings"].get(k) == settings.get(k) for k in keys)
+        keys = (set(r["settings"]) | set(settings)) - EVIDENCE_IGNORED
+        return all(setting(r, k) == setting({"settings": settings}, k) for k in keys) and machine_key(r) == machine
     matches = [r for r in records if r["mode"] == "profile" and r["status"] == "succeeded"
                and same(r) and r["outputs"].get("profiled_step_ms")]
     if not matches:
@@ -217,104 +423,208 @@ def fmt_share(v):
     return "n/a" if v is None else f"{v:.2f}"
 
 
-def markdown(result):
+def fmt_p(p):
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def markdown_table(table):
     out = io.StringIO()
-    out.write("| group | n | median samples/s | min | max | spread | ratio vs first | bootstrap 95% | min/max bounds | verdict |\n")
-    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
-    for g in result["groups"]:
-        ratio = f"{g['ratio']:.2f}" if "ratio" in g else "baseline"
-        ci = f"{g['ratio_ci95'][0]:.2f}-{g['ratio_ci95'][1]:.2f}" if "ratio" in g else ""
-        bounds = f"{g['ratio_bounds'][0]:.2f}-{g['ratio_bounds'][1]:.2f}" if "ratio" in g else ""
-        out.write(f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_rate(g['min'])} | "
-                  f"{fmt_rate(g['max'])} | {g['spread']:.2f} | {ratio} | {ci} | {bounds} | {g.get('verdict', '')} |\n")
-    limited = [g for g in result["groups"] if g.get("gpu_limit")]
-    if limited:
-        out.write("\nKernel-time limit (GPU time per step of back-to-back graph replays, CUDA events):\n\n")
-        out.write("| group | GPU ms per step | limit samples/s | median share of the limit | lowest share |\n"
+    out.write("| group | n | median samples/s | min | max | spread | ratio of medians | min/max bounds | pairs "
+              "| paired ratio: median (range) | sign test p | verdict |\n" + "|---" * 12 + "|\n")
+    for g in table["groups"]:
+        cells = ["baseline", "", "", "", ""]
+        if "ratio" in g:
+            paired = g["paired"]
+            cells = [f"{g['ratio']:.2f}", f"{g['ratio_bounds'][0]:.2f}-{g['ratio_bounds'][1]:.2f}", str(paired["n"]),
+                     (f"{paired['median']:.3f} ({paired['min']:.3f}-{paired['max']:.3f})" if paired["n"] else ""),
+                     fmt_p(g["sign_test"]["p"])]
+        shown = "" if g["verdict"] == "baseline" else g["verdict"]
+        out.write(f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_rate(g['min'])} | {fmt_rate(g['max'])} "
+                  f"| {g['spread']:.2f} | {' | '.join(cells)} | {shown} |\n")
+    compared = [g for g in table["groups"] if "ratio" in g and g["pairs"]]
+    if compared:
+        out.write("\nPairs (each run over the baseline run beside it in the alternating order):\n\n")
+        for g in compared:
+            ratios = " ".join(f"{p['ratio']:.3f}" for p in g["pairs"])
+            out.write(f"- {g['group']} (by {g['pairing']}): {ratios}\n")
+
+    with_flops = [g for g in table["groups"] if g["ceiling"]]
+    without = [g["group"] for g in table["groups"] if not g["ceiling"]]
+    out.write("\nModel FLOPs (train.py's count, forward and backward convolutions and matmuls) and MFU "
+              "(achieved over the GPU's dense peak for the precision used):\n\n")
+    if with_flops:
+        out.write("| group | GFLOP per sample | median TFLOP/s | median MFU | peak TFLOP/s (precision) |\n"
                   "|---|---|---|---|---|\n")
-        for g in limited:
-            lim = g["gpu_limit"]
-            out.write(f"| {g['group']} | {lim['median_gpu_ms_per_step']:.3f} | "
-                      f"{fmt_rate(lim['median_limit_samples_per_sec'])} | "
-                      f"{lim['median_share']:.3f} | {lim['min_share']:.3f} |\n")
-    evidence = [g for g in result["groups"] if g["evidence"]]
+        for g in with_flops:
+            c = g["ceiling"]
+            mfu = f"{c['median_mfu']:.3f}" if c["median_mfu"] is not None else f"n/a ({c['mfu_note']})"
+            peaks = ", ".join(f"{p:g} ({q})" if p is not None else "n/a" for p, q in c["peaks"])
+            out.write(f"| {g['group']} | {c['flops_per_sample'] / 1e9:.3f} | {c['median_tflops']:.2f} | {mfu} | "
+                      f"{peaks} |\n")
+    if without and not with_flops:
+        out.write(f"TFLOP/s and MFU absent for every group: {NO_FLOPS}.\n")
+    elif without:
+        out.write(f"\nTFLOP/s and MFU absent for {'; '.join(without)}: {NO_FLOPS}.\n")
+
+    bound = [g for g in table["groups"] if g["gpu_bound"]]
+    if bound:
+        out.write("\nGPU-bound share (--cuda-graph runs): the window's rate over the rate the step's own GPU time "
+                  "allows (back-to-back graph replays, CUDA events). Near 1 the step is GPU-bound; it does not say "
+                  "how close the GPU runs to its arithmetic peak (that is MFU):\n\n")
+        out.write("| group | GPU ms per step | samples/s the GPU time allows | median GPU-bound share | lowest |\n"
+                  "|---|---|---|---|---|\n")
+        for g in bound:
+            b = g["gpu_bound"]
+            out.write(f"| {g['group']} | {b['median_gpu_ms_per_step']:.3f} | "
+                      f"{fmt_rate(b['median_gpu_time_samples_per_sec'])} | {b['median_share']:.3f} | "
+                      f"{b['min_share']:.3f} |\n")
+
+    evidence = [g for g in table["groups"] if g["evidence"]]
     if evidence:
-        out.write("\nTrace evidence (profile runs of the same settings; profiled steps are slower than bench steps):\n\n")
-        out.write("| group | GPU idle share | input gap share of idle | profiled step ms | median samples/s |\n|---|---|---|---|---|\n")
+        out.write("\nTrace evidence (profile runs of the same settings; profiled steps are slower than bench "
+                  "steps):\n\n")
+        out.write("| group | GPU idle share | input gap share of idle | profiled step ms | median samples/s |\n"
+                  "|---|---|---|---|---|\n")
         for g in evidence:
             e = g["evidence"]
             out.write(f"| {g['group']} | {fmt_share(e['gpu_idle_share'])} | {fmt_share(e['input_gap_share'])} | "
                       f"{e['profiled_step_ms']:.1f} | {fmt_rate(g['median'])} |\n")
-        first, last = result["groups"][0], max(result["groups"], key=lambda g: g["median"])
+        first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
         if first["evidence"] and last["evidence"] and first is not last:
             a, b = first["evidence"], last["evidence"]
             out.write(f"\n{first['group']} -> {last['group']}: input gap share {fmt_share(a['input_gap_share'])} -> "
                       f"{fmt_share(b['input_gap_share'])}; GPU idle share {fmt_share(a['gpu_idle_share'])} -> "
                       f"{fmt_share(b['gpu_idle_share'])}; {fmt_rate(first['median'])} -> {fmt_rate(last['median'])} "
                       "samples/s (medians)\n")
+    return out.getvalue()
+
+
+def markdown(result):
+    out = io.StringIO()
+    for i, table in enumerate(result["tables"]):
+        out.write(f"{'' if i == 0 else chr(10)}Machine: {table['machine_label']}\n\n")
+        out.write(markdown_table(table))
     for w in result["warnings"]:
         out.write(f"\nWARNING: {w}\n")
     if result["left_out"]:
-        out.write("\nLeft out of the rates: " + "; ".join(f"{r['uuid'][:8]} ({r['why']})" for r in result["left_out"]) + "\n")
-    out.write("\nInterval: bootstrap percentile interval of the ratio of medians, 10,000 resamples per group, seed 0; "
-              "bounds: min(group)/max(baseline) to max(group)/min(baseline).\n")
+        out.write("\nLeft out of the rates: " + "; ".join(f"{r['uuid'][:8]} ({r['why']})" for r in result["left_out"])
+                  + "\n")
+    need = result["pairs_needed"]
+    out.write(f"\nMethod: whole-job repeats in alternating order; each run is paired with the baseline run beside it "
+              f"(same repeat index, else start time). Test: exact two-sided sign test on the paired ratios, "
+              f"p = 2 P(Binomial(n, 1/2) <= min(k, n - k)) with k ratios above 1 of n; with n pairs the smallest "
+              f"possible p is 2/2^n, so a verdict at p < {result['alpha']} needs n >= {need}. \"within the noise\": "
+              f"no difference shown with these pairs. Min/max bounds: min(group)/max(baseline) to "
+              f"max(group)/min(baseline).\n")
     return out.getvalue()
+
+
+CSV_COLUMNS = ["machine", "group", "n", "median", "min", "max", "spread", "ratio", "bound_low", "bound_high",
+               "pairing", "pairs", "paired_median", "paired_min", "paired_max", "sign_test_p", "verdict",
+               "flops_per_sample", "median_tflops", "median_mfu", "gpu_bound_share", "gpu_idle_share",
+               "input_gap_share", "profiled_step_ms", "rates"]
 
 
 def csv_text(result):
     out = io.StringIO()
     w = csv.writer(out)
-    w.writerow(["group", "n", "median", "min", "max", "spread", "ratio", "ci95_low", "ci95_high",
-                "bound_low", "bound_high", "gpu_idle_share", "input_gap_share", "profiled_step_ms", "rates"])
-    for g in result["groups"]:
-        e = g["evidence"] or {}
-        w.writerow([g["group"], g["n"], g["median"], g["min"], g["max"], g["spread"], g.get("ratio", 1.0),
-                    *(g.get("ratio_ci95") or ("", "")), *(g.get("ratio_bounds") or ("", "")),
-                    e.get("gpu_idle_share", ""), e.get("input_gap_share", ""), e.get("profiled_step_ms", ""),
-                    " ".join(f"{r:.1f}" for r in g["rates"])])
+    w.writerow(CSV_COLUMNS)
+    for table in result["tables"]:
+        for g in table["groups"]:
+            e, c, b = g["evidence"] or {}, g["ceiling"] or {}, g["gpu_bound"] or {}
+            paired = g.get("paired") or {}
+            w.writerow([table["machine_label"], g["group"], g["n"], g["median"], g["min"], g["max"], g["spread"],
+                        g.get("ratio", 1.0), *(g.get("ratio_bounds") or ("", "")), g.get("pairing", ""),
+                        paired.get("n", ""), paired.get("median", ""), paired.get("min", ""), paired.get("max", ""),
+                        (g.get("sign_test") or {}).get("p", ""), g["verdict"], c.get("flops_per_sample", ""),
+                        c.get("median_tflops", ""), "" if c.get("median_mfu") is None else c["median_mfu"],
+                        b.get("median_share", ""), e.get("gpu_idle_share", ""), e.get("input_gap_share", ""),
+                        e.get("profiled_step_ms", ""), " ".join(f"{r:.1f}" for r in g["rates"])])
     return out.getvalue()
 
 
+def json_text(result):
+    tables = [{**t, "groups": [{k: v for k, v in g.items() if k != "key"} for g in t["groups"]]}
+              for t in result["tables"]]
+    return json.dumps({**result, "tables": tables}, indent=2, sort_keys=True, default=str) + "\n"
+
+
 def plot(result, path):
-    """Each run's rate as a point in run order, coloured by group, with each group's median."""
+    """Each run's rate as a point in run order, coloured by group, with each group's median; one panel per machine."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
-    groups = [g["group"] for g in result["groups"]]
+    tables = result["tables"]
+    fig, axes = plt.subplots(len(tables), 1, figsize=(8, 4.5 * len(tables)), dpi=120, squeeze=False)
     colors = plt.get_cmap("tab10")
-    for i, g in enumerate(result["groups"]):
-        xs = [n for n, r in enumerate(result["bench_runs"], start=1) if r["group"] == g["group"]]
-        ys = [r["samples_per_sec"] for r in result["bench_runs"] if r["group"] == g["group"]]
-        name = textwrap.fill(f"{g['group']} (median {fmt_rate(g['median'])})", 100, subsequent_indent="  ")
-        ax.scatter(xs, ys, color=colors(i % 10), label=name, zorder=3)
-        ax.axhline(g["median"], color=colors(i % 10), linewidth=0.8, alpha=0.6)
-    ax.set_xlabel("run order")
-    ax.set_ylabel("samples/s (bench window)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    # Below the axes: group labels of many options are long and would cover the points.
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.15), frameon=False)
-    ax.set_title(f"{len(result['bench_runs'])} bench runs in {len(groups)} groups")
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), ".partial-" + os.path.basename(path))
-    fig.savefig(tmp, format="png", bbox_inches="tight")
+    for ax, table in zip(axes[:, 0], tables):
+        for i, g in enumerate(table["groups"]):
+            xs = [n for n, r in enumerate(table["bench_runs"], start=1) if r["group"] == g["group"]]
+            ys = [r["samples_per_sec"] for r in table["bench_runs"] if r["group"] == g["group"]]
+            name = textwrap.fill(f"{g['group']} (median {fmt_rate(g['median'])})", 100, subsequent_indent="  ")
+            ax.scatter(xs, ys, color=colors(i % 10), label=name, zorder=3)
+            ax.axhline(g["median"], color=colors(i % 10), linewidth=0.8, alpha=0.6)
+        ax.set_xlabel("run order")
+        ax.set_ylabel("samples/s (bench window)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        # Below the axes: group labels of many options are long and would cover the points.
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.15), frameon=False)
+        title = f"{len(table['bench_runs'])} bench runs in {len(table['groups'])} groups"
+        ax.set_title(textwrap.fill(title + (f"; {table['machine_label']}" if len(tables) > 1 else ""), 90), fontsize=9)
+    fig.savefig(path, format="png", bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
+def matplotlib_missing():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
 def write_outputs(result, out_dir):
-    from runinfo import write_atomic, write_json_atomic
+    """comparison.md, .csv, .json and .png, all or none: each is written to a temp file first and the
+    temp files are renamed only once every one of them is complete. Without matplotlib there is no
+    picture, and an older comparison.png is removed (it would not match the new tables).
+
+    Returns the written paths and a note (None, or why the picture is missing).
+    """
     os.makedirs(out_dir, exist_ok=True)
-    paths = {
-        "markdown": write_atomic(os.path.join(out_dir, "comparison.md"), markdown(result)),
-        "csv": write_atomic(os.path.join(out_dir, "comparison.csv"), csv_text(result)),
-        "json": write_json_atomic(os.path.join(out_dir, "comparison.json"),
-                                  {**result, "groups": [{k: v for k, v in g.items() if k != "key"}
-                                                        for g in result["groups"]]}),
-        "png": plot(result, os.path.join(out_dir, "comparison.png")),
-    }
-    return paths
+    texts = {"markdown": ("comparison.md", markdown(result)), "csv": ("comparison.csv", csv_text(result)),
+             "json": ("comparison.json", json_text(result))}
+    staged, note = {}, None
+
+    def temp_for(name):
+        return os.path.join(out_dir, f".partial-{os.getpid()}-{name}")
+
+    try:
+        for kind, (name, text) in texts.items():
+            tmp = temp_for(name)
+            staged[kind] = (tmp, os.path.join(out_dir, name))
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        if matplotlib_missing():
+            note = ("comparison.png not drawn: the plot needs matplotlib (pip install matplotlib); "
+                    "the tables are written")
+        else:
+            staged["png"] = (temp_for("comparison.png"), os.path.join(out_dir, "comparison.png"))
+            plot(result, staged["png"][0])
+    except BaseException:
+        for tmp, _ in staged.values():
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    for tmp, final in staged.values():
+        os.replace(tmp, final)
+    stale = os.path.join(out_dir, "comparison.png")
+    if "png" not in staged and os.path.exists(stale):
+        os.remove(stale)
+    return {kind: final for kind, (_, final) in staged.items()}, note
 
 
 def log_to_polyaxon(paths):
@@ -322,7 +632,8 @@ def log_to_polyaxon(paths):
     from polyaxon import tracking
     from runinfo import managed_identity
     tracking.init(**managed_identity())
-    tracking.log_image(data=paths["png"], name="comparison")
+    if "png" in paths:
+        tracking.log_image(data=paths["png"], name="comparison")
     for kind in ("markdown", "csv", "json"):
         tracking.log_artifact(path=paths[kind], name=f"comparison-{kind}")
     tracking.end()
@@ -335,16 +646,21 @@ def main(argv=None):
     src.add_argument("-p", "--project", help="a Polyaxon project ([owner/]name)")
     p.add_argument("-q", "--query", default=None, help="Polyaxon query to select runs, e.g. 'tags:study1'")
     p.add_argument("--baseline", default=None, help="group to compare against, e.g. workers=4 (default: the first)")
+    p.add_argument("--per-host", action="store_true",
+                   help="runs of several machines (host, GPU, driver, torch, CUDA, CPU budget): one table per "
+                        "machine (default: refuse to pool them)")
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv/.json/.png (default: comparison)")
     args = p.parse_args(argv)
     try:
         records = gather_offline(args.offline) if args.offline else gather_polyaxon(args.project, args.query)
-        result = compare_records(records, baseline=args.baseline)
+        result = compare_records(records, baseline=args.baseline, per_host=args.per_host)
     except CompareError as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1
-    paths = write_outputs(result, args.out)
+    paths, note = write_outputs(result, args.out)
     sys.stdout.write(markdown(result))
+    if note:
+        print(f"compare.py: note: {note}", file=sys.stderr)
     print(f"\nwritten: {', '.join(paths.values())}", file=sys.stderr)
     if os.environ.get("POLYAXON_RUN_INSTANCE"):
         log_to_polyaxon(paths)

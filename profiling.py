@@ -63,18 +63,23 @@ def write_evidence(cycles):
         c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
         c["evidence_txt"] = write_atomic(base + ".evidence.txt", summarize.format_table([evidence]))
         c["evidence"] = summarize.headline(evidence)
+        c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
         evidences.append(evidence)
     return summarize.headline(evidences)
 
 
 def log_cycles(record, results):
-    """Each cycle's files as lineage; the headline evidence (pooled and per cycle) as Polyaxon outputs."""
+    """Each cycle's files as lineage; the profiled step times as metrics; the headline evidence (pooled and
+    per cycle) as Polyaxon outputs."""
     for c in results["cycles"]:
         record.log_file(c["trace"], f"trace-cycle{c['cycle']}")
         for kind, path in c["operator_tables"].items():
             record.log_file(path, f"operators-cycle{c['cycle']}-{kind.replace('_', '-')}")
         record.log_file(c["evidence_json"], f"evidence-cycle{c['cycle']}")
         record.log_file(c["evidence_txt"], f"evidence-cycle{c['cycle']}-table")
+    # Each ProfilerStep's wall time as a metric, charted by step on the run's dashboard.
+    record.log_steps("profiled_step_wall_ms",
+                     {n: ms for c in results["cycles"] for n, ms in c["step_wall_ms"].items()})
     outputs = {k: v for k, v in results["evidence"].items() if v is not None}
     outputs.update({f"cycle{c['cycle']}_{k}": v for c in results["cycles"] for k, v in c["evidence"].items()
                     if v is not None})

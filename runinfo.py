@@ -4,6 +4,8 @@ import hashlib
 import json
 import os
 import platform
+import re
+import subprocess
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,8 +19,81 @@ class UserError(Exception):
 
 # --------------------------------------------------------------------------- machine facts
 
+def own_cgroups(proc_cgroup="/proc/self/cgroup"):
+    """This process's cgroup paths from /proc/self/cgroup: the v2 path (line "0::PATH") and the v1 path
+    of the controller that holds the cpu quota (a line whose controllers include "cpu"); None when absent."""
+    v2 = v1 = None
+    try:
+        with open(proc_cgroup) as f:
+            for line in f:
+                parts = line.strip().split(":", 2)
+                if len(parts) != 3:
+                    continue
+                hierarchy, controllers, path = parts
+                if hierarchy == "0" and controllers == "":
+                    v2 = path
+                elif "cpu" in controllers.split(","):
+                    v1 = path
+    except OSError:
+        pass
+    return v2, v1
+
+
+def walk_up(mount, path):
+    """mount/path, then each of its parents, ending at mount itself."""
+    parts = [p for p in (path or "").split("/") if p]
+    return [os.path.join(mount, *parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def read_quota_v2(directory):
+    """CPUs allowed by DIR/cpu.max ("max 100000" is no limit), or None."""
+    try:
+        with open(os.path.join(directory, "cpu.max")) as f:
+            limit, period = f.read().split()[:2]
+        return None if limit == "max" else int(limit) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def read_quota_v1(directory):
+    """CPUs allowed by DIR/cpu.cfs_quota_us over cpu.cfs_period_us (-1 is no limit), or None."""
+    try:
+        with open(os.path.join(directory, "cpu.cfs_quota_us")) as f:
+            limit = int(f.read())
+        with open(os.path.join(directory, "cpu.cfs_period_us")) as f:
+            period = int(f.read())
+        return limit / period if limit > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def cgroup_quotas(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
+    """Every CPU quota between this process's cgroup and the root, as [(cpus, path)].
+
+    A quota set on a parent (the pod) binds every child (the container), so the walk goes from the
+    process's own cgroup up to the root. Inside a container the own path may not exist under the
+    mount (no cgroup namespace): the directories that exist are read, whatever the depth.
+    """
+    v2, v1 = own_cgroups(proc_cgroup)
+    found = []
+    for d in walk_up(cgroup_root, v2):
+        quota = read_quota_v2(d)
+        if quota is not None:
+            found.append((quota, f"cgroup v2 {os.path.join(d, 'cpu.max')}"))
+    # v1: the cpu controller's mount, named one way or another (often a link to the other name: read one).
+    mounts = [os.path.join(cgroup_root, n) for n in ("cpu", "cpu,cpuacct", "cpuacct,cpu")]
+    mount = next((m for m in mounts if os.path.isdir(m)), None)
+    if mount is None and os.path.isfile(os.path.join(cgroup_root, "cpu.cfs_period_us")):
+        mount = cgroup_root  # the controller mounted at the root itself, as some images do
+    for d in walk_up(mount, v1) if mount else []:
+        quota = read_quota_v1(d)
+        if quota is not None:
+            found.append((quota, f"cgroup v1 {os.path.join(d, 'cpu.cfs_quota_us')}"))
+    return found
+
+
 def cpu_budget(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
-    """The CPUs this process may really use: the cgroup CPU quota where one is set, else affinity.
+    """The CPUs this process may really use: the smallest cgroup CPU quota on its path, else affinity.
 
     A pod's quota is invisible to os.cpu_count() and sched_getaffinity(): a 4-CPU pod on a
     64-core node must read 4, or torch starts 64 threads that fight over 4 CPUs.
@@ -27,42 +102,13 @@ def cpu_budget(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS
         affinity = os.cpu_count() or 1
-    quota, source = None, "affinity"
-    own = ""
-    try:
-        with open(proc_cgroup) as f:
-            for line in f:
-                parts = line.strip().split(":", 2)
-                if len(parts) == 3 and parts[0] == "0":
-                    own = parts[2].lstrip("/")
-    except OSError:
-        pass
-    v2_candidates = [os.path.join(cgroup_root, own, "cpu.max"), os.path.join(cgroup_root, "cpu.max")]
-    for path in dict.fromkeys(v2_candidates):
-        try:
-            with open(path) as f:
-                limit, period = f.read().split()[:2]
-        except (OSError, ValueError):
-            continue
-        if limit != "max":
-            quota, source = int(limit) / int(period), f"cgroup v2 {path}"
-        break
-    else:
-        for d in (os.path.join(cgroup_root, "cpu"), os.path.join(cgroup_root, "cpu,cpuacct"), cgroup_root):
-            try:
-                with open(os.path.join(d, "cpu.cfs_quota_us")) as f:
-                    limit = int(f.read())
-                with open(os.path.join(d, "cpu.cfs_period_us")) as f:
-                    period = int(f.read())
-            except (OSError, ValueError):
-                continue
-            if limit > 0:
-                quota, source = limit / period, f"cgroup v1 {d}"
-            break
+    quotas = cgroup_quotas(cgroup_root, proc_cgroup)
+    quota, source = min(quotas) if quotas else (None, "affinity")
     cpus = min(quota, affinity) if quota is not None else affinity
     if quota is not None and affinity < quota:
         source = "affinity (below the cgroup quota)"
-    return {"cpus": cpus, "source": source, "cgroup_quota_cpus": quota, "affinity_cpus": affinity}
+    return {"cpus": cpus, "source": source, "cgroup_quota_cpus": quota, "affinity_cpus": affinity,
+            "cgroup_quotas": [{"cpus": q, "source": s} for q, s in quotas]}
 
 
 def set_threads(torch, budget):
@@ -97,6 +143,30 @@ def source_sha256():
     return h.hexdigest()
 
 
+VERSION = re.compile(r"\d+\.\d+(?:\.\d+)*")
+
+
+def driver_version(proc_path="/proc/driver/nvidia/version", nvidia_smi="nvidia-smi", timeout=10):
+    """The NVIDIA driver's version: from the kernel module's /proc file where present, else nvidia-smi;
+    None when neither answers (no NVIDIA driver here). torch has no API for it."""
+    try:
+        with open(proc_path) as f:
+            # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar ..." (or "Open Kernel
+            # Module for x86_64  570.86.15  Release Build ..."): the first version after "Kernel Module".
+            m = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s", f.read())
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    try:
+        proc = subprocess.run([nvidia_smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = proc.stdout.strip().splitlines()[0].strip() if proc.returncode == 0 and proc.stdout.strip() else ""
+    return first if VERSION.fullmatch(first) else None
+
+
 def environment(torch, device):
     import torchvision
     try:
@@ -111,6 +181,7 @@ def environment(torch, device):
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "cuda": torch.version.cuda,
+        "driver": driver_version() if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "polyaxon": polyaxon_version,
         "python": platform.python_version(),
@@ -118,6 +189,21 @@ def environment(torch, device):
         "hostname": platform.node(),
         "source_sha256": source_sha256(),
     }
+
+
+FACTS = {  # Polyaxon output name: what it holds; no metric carries these names (a metric would overwrite them)
+    "env_host": "hostname", "env_gpu": "GPU name (cpu without CUDA)", "env_driver": "NVIDIA driver version",
+    "env_torch": "torch version", "env_cuda": "CUDA version torch was built with",
+    "env_cpu_budget": "CPUs the process may use (cgroup quota or affinity)",
+}
+
+
+def comparable_facts(environment, budget):
+    """The facts that decide whether two runs may be compared, as Polyaxon outputs (None left out)."""
+    facts = {"env_host": environment.get("hostname"), "env_gpu": environment.get("gpu"),
+             "env_driver": environment.get("driver"), "env_torch": environment.get("torch"),
+             "env_cuda": environment.get("cuda"), "env_cpu_budget": budget.get("cpus")}
+    return {k: v for k, v in facts.items() if v is not None}
 
 
 # --------------------------------------------------------------------------- files
@@ -238,11 +324,22 @@ class RunRecord:
         self.tracking.log_file_ref(path=path, name=name)
         self.logged.append(path)
 
+    def log_outputs(self, **outputs):
+        """Outputs logged while the run goes on (the comparable facts): a failed run keeps them too."""
+        self.tracking.log_outputs(**outputs)
+
+    def log_steps(self, name, values):
+        """One figure per step ({step: value}) as a Polyaxon metric, which the run dashboard charts.
+        name must differ from every output's name: at end() a metric's last value replaces an output's."""
+        for step, value in sorted(values.items()):
+            self.tracking.log_metrics(step=step, **{name: value})
+
     def succeeded(self, outputs):
         self.data.update(status="succeeded", finished_at=self._now(),
                          artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged] + ["run.json"])
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
-        self.tracking.log_outputs(**outputs)
+        # Synchronous: the last outputs must reach Polyaxon before end() stops the client.
+        self.tracking.log_outputs(async_req=False, **outputs)
         self.tracking.end()
 
     def stopped(self, stop):

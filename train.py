@@ -36,6 +36,7 @@ import traceback
 
 import runinfo
 from runinfo import UserError, write_atomic
+import flops
 import profiling
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
 from speedups import options
@@ -339,29 +340,43 @@ def synchronize(torch, device):
 def warm_up(torch, step, device, args, stop):
     """Warm-up steps: worker start, cuDNN selection, compilation and capture stay out of what is measured.
 
-    Returns the warm-up time and, where compiling or capturing makes them worth a sync per step, the
-    per-step times (else None). A CapturedStep warms up eagerly, captures, and replays once.
+    Returns the warm-up time and each warm-up step's time. On CUDA, an event recorded after each step
+    times it on the device's clock, with no synchronization inside the warm-up (the pipeline the
+    window starts from is the one the tutorial runs); on the CPU, the host clock. A CapturedStep warms
+    up eagerly, captures, and replays once.
     """
-    timed = args.compile != "off" or args.cuda_graph
-    laps = []
-    t0 = time.perf_counter()
+    cuda = device.type == "cuda"
+    marks = []
 
     def lap():
-        if timed:  # a sync per step is harmless here: nothing is measured yet
-            synchronize(torch, device)
-            laps.append(round(time.perf_counter() - t0 - sum(laps), 4))
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()  # on the current stream: CapturedStep's eager steps run on a side stream
+            marks.append(event)
+        else:
+            marks.append(time.perf_counter())
+
+    def step_done():
+        lap()
         stop.step_done()
 
+    t0 = time.perf_counter()
+    lap()
     with stop.steps("warm-up"):
         print(f"warm-up: {args.warmup_steps} steps", file=sys.stderr)
         if args.cuda_graph:
-            step.warm_up(args.warmup_steps, lap)
+            step.warm_up(args.warmup_steps, step_done)
         else:
             for _ in range(args.warmup_steps):
                 step()
-                lap()
+                step_done()
     synchronize(torch, device)
-    return time.perf_counter() - t0, (laps or None)
+    seconds = time.perf_counter() - t0
+    if cuda:
+        laps = [a.elapsed_time(b) / 1000 for a, b in zip(marks, marks[1:])]
+    else:
+        laps = [b - a for a, b in zip(marks, marks[1:])]
+    return seconds, [round(v, 5) for v in laps]
 
 
 # --------------------------------------------------------------------------- the two modes
@@ -417,27 +432,48 @@ def run_bench(torch, step, device, batches, args, stop):
     }
     if args.cuda_graph:
         # After the window, never in it: these replays train on, but are timed by events alone.
-        limit = step.gpu_time_per_step()
-        limit["gpu_limit_samples_per_sec"] = args.batch_size / (limit["gpu_ms_per_step"] / 1000)
-        limit["share_of_gpu_limit"] = results["samples_per_sec"] / limit["gpu_limit_samples_per_sec"]
-        results["kernel_time_limit"] = limit
-        results.update({k: limit[k] for k in ("gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit")})
+        # gpu_bound_share: the window's rate over the rate the step's own GPU time allows. Near 1 the step
+        # is GPU-bound; it says nothing of how close the GPU runs to its arithmetic peak (that is MFU).
+        gpu = step.gpu_time_per_step()
+        gpu["gpu_time_samples_per_sec"] = args.batch_size / (gpu["gpu_ms_per_step"] / 1000)
+        gpu["gpu_bound_share"] = results["samples_per_sec"] / gpu["gpu_time_samples_per_sec"]
+        results["gpu_time"] = gpu
+        results.update({k: gpu[k] for k in ("gpu_ms_per_step", "gpu_time_samples_per_sec", "gpu_bound_share")})
     return results
+
+
+def add_ceiling(torch, device, results, flops_per_sample, gpu, amp):
+    """Model TFLOP/s and MFU of the window, against the dense peak for the precision the step used."""
+    if device.type == "cuda":
+        precision, flags, why = flops.math_precision(torch, amp)
+    else:
+        precision, flags, why = None, None, "CPU run"
+    results["flops_per_sample"] = flops_per_sample
+    results["ceiling"] = {**flops.ceiling(flops_per_sample, results["samples_per_sec"], gpu, precision),
+                          "precision_reason": why, "precision_flags": flags}
+    results.update({k: results["ceiling"][k] for k in ("model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")})
 
 
 # --------------------------------------------------------------------------- main
 
+BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "gpu_ms_per_step", "gpu_time_samples_per_sec",
+                 "gpu_bound_share", "flops_per_sample", "model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")
+
+
 def log_bench(record, results, args):
-    """The rate on stdout; the rate and, with --cuda-graph, the kernel-time limit as Polyaxon outputs."""
-    limit = (f"; GPU limit {results['gpu_limit_samples_per_sec']:.1f} samples/s "
-             f"({results['gpu_ms_per_step']:.3f} ms/step), {results['share_of_gpu_limit']:.1%} of it"
+    """The rate, the GPU-bound share (--cuda-graph) and the hardware ceiling on stdout; the same as Polyaxon outputs."""
+    bound = (f"; the step's GPU time allows {results['gpu_time_samples_per_sec']:.1f} samples/s "
+             f"({results['gpu_ms_per_step']:.3f} ms/step): GPU-bound share {results['gpu_bound_share']:.1%}"
              if args.cuda_graph else "")
     print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
           f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
-          f"workers {args.workers}){limit}")
-    return {k: results[k] for k in ("samples_per_sec", "window_seconds", "window_steps",
-                                    "gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit")
-            if k in results}
+          f"workers {args.workers}){bound}")
+    c = results["ceiling"]
+    mfu = (f"MFU {c['mfu']:.1%} of the {c['peak_precision']} dense peak, {c['peak_tflops']:g} TFLOP/s"
+           if c["mfu"] is not None else f"MFU n/a: {c['note']}")
+    print(f"bench: {results['flops_per_sample'] / 1e9:.3f} GFLOP per training sample (model FLOPs) -> "
+          f"{c['model_tflops_per_sec']:.2f} TFLOP/s; {mfu}")
+    return {k: results[k] for k in BENCH_OUTPUTS if results.get(k) is not None}
 
 
 def resolve_device(torch, requested):
@@ -505,6 +541,7 @@ def main(argv=None):
         record["torch_threads"] = runinfo.set_threads(torch, budget)
         record["environment"] = runinfo.environment(torch, device)
         record["device"] = str(device)
+        record.log_outputs(**runinfo.comparable_facts(record["environment"], budget))
         record.log_file(write_atomic(os.path.join(record.out_dir, "packages.txt"), runinfo.package_inventory()),
                         "packages")
         tracking.log_inputs(**{k: v for k, v in settings.items() if v is not None})
@@ -515,7 +552,11 @@ def main(argv=None):
         batches, facts = build_batches(torch, args, device)
         record.update(facts)
         step = build_step(torch, batches, device, args)
+        if args.mode == "bench":  # counted once, on shapes alone, before anything is timed
+            record["flops"] = flops.training_flops(torch, build_model)
+            record.log_outputs(flops_per_sample=record["flops"]["flops_per_sample"])
         record["warmup_seconds"], record["warmup_step_seconds"] = warm_up(torch, step, device, args, stop)
+        record.log_steps("warmup_step_seconds", dict(enumerate(record["warmup_step_seconds"], start=1)))
         if args.cuda_graph:
             record["cuda_graph"] = step.info
 
@@ -524,6 +565,8 @@ def main(argv=None):
             outputs = profiling.log_cycles(record, results)
         else:
             record["results"] = results = run_bench(torch, step, device, batches, args, stop)
+            add_ceiling(torch, device, results, record["flops"]["flops_per_sample"], record["environment"]["gpu"],
+                        args.amp)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
     except StopRequested as e:

@@ -1,6 +1,9 @@
-"""compare.py: exact statistics on fabricated records, real offline runs, and the Polyaxon-client path."""
+"""compare.py: paired statistics and the exact sign test on fabricated records, machines never pooled,
+all-or-none outputs, real offline runs, and the Polyaxon-client path."""
+import csv
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -10,55 +13,194 @@ import pytest
 import compare
 from conftest import ROOT, TINY, run_train
 
+H200 = {"hostname": "vm", "gpu": "NVIDIA H200", "driver": "570.86.15", "torch": "2.11.0+cu130", "cuda": "13.0"}
 
-def rec(uuid, rates_index, rate, mode="bench", status="succeeded", gpu="NVIDIA H200", **settings):
-    base = {"mode": mode, "workers": 0, "batch_size": 128, "data": "synthetic", "seed": 0, "repeat": rates_index}
+
+def rec(uuid, index, rate, mode="bench", status="succeeded", env=None, minute=None, **settings):
+    """A bench (or profile) run of repeat `index`, started at minute `minute` (default: the index)."""
+    base = {"mode": mode, "workers": 0, "batch_size": 128, "data": "synthetic", "seed": 0, "bench_steps": 100,
+            "warmup_steps": 20, "repeat": index}
     base.update(settings)
     outputs = {"samples_per_sec": rate} if mode == "bench" else {"profiled_step_ms": 90.0, "gpu_idle_share": 0.9,
                                                                  "input_gap_share": 0.8}
-    run_json = {"settings": base, "environment": {"gpu": gpu, "torch": "2.11.0", "cuda": "13.0"},
-                "cpu_budget": {"cpus": 4}}
-    return compare.record_from(uuid, f"{mode}-{uuid}", f"2026-12-02T10:{rates_index:02d}:00", status, base,
-                               outputs, run_json)
+    run_json = {"settings": base, "environment": {**H200, **(env or {})}, "cpu_budget": {"cpus": 4}}
+    minute = index if minute is None else minute
+    return compare.record_from(uuid, f"{mode}-{uuid}", f"2026-12-02T10:{minute // 60:02d}:{minute % 60:02d}",
+                               status, base, outputs, run_json)
 
 
-def fabricated():
-    a = [rec(f"a{i}", i * 2, r, workers=0) for i, r in enumerate([1.0, 2.0, 3.0, 4.0, 100.0])]
-    b = [rec(f"b{i}", i * 2 + 1, r, workers=4) for i, r in enumerate([10.0, 20.0, 30.0])]
+def study(a_rates, b_rates, **b_settings):
+    """Alternating repeats: A then B in each round, repeat index = the round."""
+    a = [rec(f"a{i}", i, r, minute=2 * i) for i, r in enumerate(a_rates)]
+    b = [rec(f"b{i}", i, r, minute=2 * i + 1, **({"workers": 4} | b_settings)) for i, r in enumerate(b_rates)]
     return a + b
 
 
-def test_groups_by_the_differing_setting_with_exact_statistics():
-    result = compare.compare_records(fabricated())
+def table(result, i=0):
+    return result["tables"][i]
+
+
+def groups(result, i=0):
+    return {g["group"]: g for g in table(result, i)["groups"]}
+
+
+# --------------------------------------------------------------------------- unpaired figures, pairs, verdicts
+
+def test_groups_by_the_differing_setting_with_exact_unpaired_statistics():
+    """Median, min, max and spread per group, the ratio of medians and its min/max bounds; repeat splits nothing."""
+    result = compare.compare_records(study([1.0, 2.0, 3.0, 4.0, 100.0], [10.0, 20.0, 30.0]))
     assert result["varying"] == ["workers"], "repeat must not split groups"
-    a, b = result["groups"]
+    a, b = table(result)["groups"]
     assert (a["group"], a["n"], a["median"], a["min"], a["max"]) == ("workers=0", 5, 3.0, 1.0, 100.0)
-    assert a["spread"] == pytest.approx(99 / 3)
+    assert a["spread"] == pytest.approx(99 / 3) and a["verdict"] == "baseline"
     assert (b["group"], b["median"], b["spread"]) == ("workers=4", 20.0, 1.0)
     assert b["ratio"] == pytest.approx(20 / 3)
     assert b["ratio_bounds"] == pytest.approx((10 / 100, 30 / 1))
-    assert b["verdict"].startswith("within the noise"), "overlapping ranges with an outlier are noise"
-    assert result["warnings"] == []
+    assert [p["ratio"] for p in b["pairs"]] == pytest.approx([10.0, 10.0, 10.0]), "pairs of the same repeat index"
+    assert b["paired"] == pytest.approx({"n": 3, "median": 10.0, "min": 10.0, "max": 10.0})
+    assert b["verdict"] == "too few repeats for a verdict (n=3 pairs, need 6)"
+    assert "bootstrap" not in compare.markdown(result)
 
 
-def test_clear_difference_exceeds_the_noise():
-    records = [rec(f"a{i}", i, r) for i, r in enumerate([100, 101, 99, 100])] + \
-              [rec(f"b{i}", 10 + i, r, workers=4) for i, r in enumerate([300, 305, 298, 301])]
-    g = compare.compare_records(records)["groups"][1]
-    lo, hi = g["ratio_ci95"]
-    assert 2.9 < lo <= g["ratio"] <= hi < 3.1
-    assert g["verdict"] == "exceeds the noise; the ranges do not overlap"
+@pytest.mark.parametrize("n", [1, 2])
+def test_one_or_two_runs_per_group_give_no_verdict(n):
+    """`make run` then `make compare`: one window each, 3% apart, is no evidence; nor is a threefold gap at n=2."""
+    for gain in (1.03, 3.0):
+        g = table(compare.compare_records(study([100.0] * n, [100.0 * gain] * n)))["groups"][1]
+        assert g["verdict"] == f"too few repeats for a verdict (n={n} pairs, need 6)"
+        assert g["sign_test"]["p"] == pytest.approx(min(1.0, 2 / 2 ** n))
 
 
-def test_profile_and_failed_runs_are_left_out_and_named():
-    records = fabricated() + [rec("p0", 30, None, mode="profile", workers=0),
-                              rec("f0", 31, 5.0, status="failed", workers=0)]
+def test_exact_sign_test_p_values_and_the_pairs_it_needs():
+    """p = 2 P(Binomial(n, 1/2) <= min(k, n - k)); the floor 2/2^n first drops below 0.05 at n = 6."""
+    assert compare.pairs_needed() == 6
+    assert compare.smallest_p(5) == pytest.approx(0.0625) and compare.smallest_p(6) == pytest.approx(0.03125)
+    assert compare.sign_test([1.1] * 6)["p"] == pytest.approx(2 / 64)
+    assert compare.sign_test([1.1] * 5 + [0.9])["p"] == pytest.approx(2 * 7 / 64)
+    assert compare.sign_test([1.1, 0.9] * 4)["p"] == 1.0
+    tied = compare.sign_test([1.0] + [1.1] * 6)
+    assert (tied["pairs"], tied["untied"], tied["p"]) == (7, 6, pytest.approx(2 / 64))
+    assert compare.verdict(compare.sign_test([1.0] * 2 + [1.1] * 5)) == \
+        "too few repeats for a verdict (n=7 pairs, 5 untied, need 6)"
+
+
+def test_a_clear_difference_at_six_pairs_gets_a_verdict():
+    """Six pairs all the same way: p = 1/32 < 0.05, "faster" (or "slower" the other way round)."""
+    a = [100.0, 103.0, 98.0, 101.0, 99.0, 102.0]
+    g = table(compare.compare_records(study(a, [r * 1.5 for r in a])))["groups"][1]
+    assert g["sign_test"]["p"] == pytest.approx(1 / 32) and g["verdict"] == "faster"
+    g = table(compare.compare_records(study(a, [r * 0.8 for r in a])))["groups"][1]
+    assert g["sign_test"]["p"] < 0.05 and g["verdict"] == "slower"
+    g = table(compare.compare_records(study(a, [r * (1.2 if i % 2 else 0.9) for i, r in enumerate(a)])))["groups"][1]
+    assert g["sign_test"]["p"] == 1.0 and g["verdict"] == "within the noise"
+
+
+def test_identical_distributions_rarely_get_a_verdict():
+    """Simulated studies with no true difference: no verdict below 6 pairs (the old overlap rule fired
+    about 33% of the time at n=2), and at 6 or 8 pairs no more than the 5% the test allows."""
+    rng = random.Random(0)
+    for n, most in ((2, 0.0), (3, 0.0), (6, 0.05), (8, 0.05)):
+        fired = 0
+        for _ in range(1000):
+            ratios = [rng.lognormvariate(0, 0.1) / rng.lognormvariate(0, 0.1) for _ in range(n)]
+            fired += compare.verdict(compare.sign_test(ratios)) in ("faster", "slower")
+        assert fired / 1000 <= most, f"n={n}: {fired} of 1000 null studies got a verdict"
+
+
+def test_pairs_follow_the_alternating_order_without_repeat_indices():
+    """Without --repeat, a run pairs with its neighbour of the other group by start time, each run once."""
+    runs = [rec("a0", 0, 100.0, minute=0, repeat=None), rec("b0", 0, 110.0, minute=1, workers=4, repeat=None),
+            rec("b1", 0, 111.0, minute=2, workers=4, repeat=None), rec("a1", 0, 101.0, minute=3, repeat=None),
+            rec("a2", 0, 102.0, minute=4, repeat=None), rec("a3", 0, 103.0, minute=5, repeat=None),
+            rec("b2", 0, 112.0, minute=6, workers=4, repeat=None)]
+    g = table(compare.compare_records(runs))["groups"][1]
+    assert g["pairing"] == "start order"
+    assert [(p["baseline"], p["run"]) for p in g["pairs"]] == [("a0", "b0"), ("a1", "b1"), ("a3", "b2")]
+
+
+def test_a_slow_drift_unpaired_figures_call_noise_pairs_reveal():
+    """The machine drifts by 10% per round; B is 3% faster than the A run beside it. The unpaired ranges
+    overlap (bounds straddle 1), the pairs are all 1.03: "faster". Placing each B beside another A run
+    (start order, no repeat index) pairs it differently, and the verdict goes."""
+    a = [100.0 * 1.1 ** i for i in range(8)]
+    g = table(compare.compare_records(study(a, [r * 1.03 for r in a])))["groups"][1]
+    assert g["ratio_bounds"][0] < 1 < g["ratio_bounds"][1], "unpaired, the drift hides the gain"
+    assert g["paired"]["min"] == pytest.approx(1.03) and g["paired"]["max"] == pytest.approx(1.03)
+    assert g["verdict"] == "faster" and g["sign_test"]["p"] == pytest.approx(2 / 256)
+    # The same rates, but run B_i right after A_(7-i): the alternating order decides the pairs.
+    runs = [rec(f"a{i}", i, r, minute=2 * i, repeat=None) for i, r in enumerate(a)] + \
+           [rec(f"b{i}", i, r * 1.03, minute=2 * (7 - i) + 1, workers=4, repeat=None) for i, r in enumerate(a)]
+    g = table(compare.compare_records(runs))["groups"][1]
+    assert [(p["baseline"], p["run"]) for p in g["pairs"]][:2] == [("a0", "b7"), ("a1", "b6")]
+    assert g["verdict"] == "within the noise"
+
+
+def test_pairs_by_repeat_index_whatever_the_start_order():
+    a = [rec("a1", 1, 100.0, minute=0), rec("a2", 2, 100.0, minute=3)]
+    b = [rec("b2", 2, 150.0, minute=1, workers=4), rec("b1", 1, 120.0, minute=2, workers=4)]
+    g = table(compare.compare_records(a + b))["groups"][1]
+    assert g["pairing"] == "repeat index"
+    assert sorted((p["baseline"], p["run"]) for p in g["pairs"]) == [("a1", "b1"), ("a2", "b2")]
+
+
+# --------------------------------------------------------------------------- grouping and machines
+
+def test_runs_that_differ_in_bench_or_warmup_steps_are_not_pooled():
+    records = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 5, 150.0, workers=4, bench_steps=300),
+                                                       rec("d0", 6, 150.0, workers=4, warmup_steps=5)]
+    result = compare.compare_records(records)
+    assert set(result["varying"]) == {"bench_steps", "warmup_steps", "workers"}
+    assert {(g["group"], g["n"]) for g in table(result)["groups"]} == {
+        ("bench_steps=100, warmup_steps=20, workers=0", 2), ("bench_steps=100, warmup_steps=20, workers=4", 2),
+        ("bench_steps=300, warmup_steps=20, workers=4", 1), ("bench_steps=100, warmup_steps=5, workers=4", 1)}
+
+
+def test_switched_off_and_absent_options_are_one_group():
+    """An older run without the amp setting and a newer one with amp=off measured the same thing."""
+    old = rec("a0", 0, 100.0)
+    assert "amp" not in old["settings"]
+    new = rec("a1", 1, 101.0, amp="off", fused_sgd=False)
+    result = compare.compare_records([old, new, rec("b0", 0, 200.0, workers=4), rec("b1", 1, 201.0, workers=4)])
+    assert result["varying"] == ["workers"] and table(result)["groups"][0]["n"] == 2
+
+
+@pytest.mark.parametrize("env,named", [({"hostname": "other"}, "host: other, vm"),
+                                       ({"driver": "550.54.15"}, "driver: 550.54.15, 570.86.15"),
+                                       ({"torch": "2.7.1+cu126"}, "torch: 2.11.0+cu130, 2.7.1+cu126")])
+def test_runs_of_different_machines_are_refused_naming_what_differs(env, named):
+    records = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 0, 150.0, env=env), rec("c1", 1, 250.0, env=env,
+                                                                                         workers=4)]
+    with pytest.raises(compare.CompareError, match="different machines") as e:
+        compare.compare_records(records)
+    assert named in str(e.value) and "--per-host" in str(e.value) and "\n" not in str(e.value)
+    result = compare.compare_records(records, per_host=True)
+    assert len(result["tables"]) == 2
+    assert sorted(sum(g["n"] for g in t["groups"]) for t in result["tables"]) == [2, 4]
+
+
+def test_baseline_choice_and_unknown_baseline():
+    result = compare.compare_records(study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]), baseline="workers=4")
+    first, second = table(result)["groups"]
+    assert first["group"] == "workers=4" and second["ratio"] == pytest.approx(2 / 20)
+    with pytest.raises(compare.CompareError, match="none of the groups"):
+        compare.compare_records(study([1.0], [2.0]), baseline="workers=3")
+
+
+# --------------------------------------------------------------------------- left out, figures beside the rates
+
+def test_profile_failed_and_inputless_runs_are_left_out_and_named():
+    records = study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]) + [
+        rec("p0", 30, None, mode="profile"), rec("f0", 31, 5.0, status="failed"),
+        compare.record_from("e0", "bench-workers0", "2026-12-02T11:00:00", "failed", None, None, None,
+                            [{"type": "failed", "reason": "UserError", "message": "CIFAR-10 is not in ./data"}])]
     result = compare.compare_records(records)
     why = {r["uuid"]: r["why"] for r in result["left_out"]}
-    assert set(why) == {"p0", "f0"} and "profiled" in why["p0"] and "failed" in why["f0"]
-    assert sum(g["n"] for g in result["groups"]) == 8
-    assert result["groups"][0]["evidence"]["uuid"] == "p0", "the matching profile run's evidence sits beside"
-    assert result["groups"][1]["evidence"] is None
+    assert set(why) == {"p0", "f0", "e0"}
+    assert "profile run" in why["p0"] and why["f0"].startswith("status failed")
+    assert why["e0"] == "never logged its inputs (status failed: UserError: CIFAR-10 is not in ./data)"
+    assert sum(g["n"] for g in table(result)["groups"]) == 6
+    assert table(result)["groups"][0]["evidence"]["uuid"] == "p0", "the matching profile run's evidence sits beside"
+    assert table(result)["groups"][1]["evidence"] is None
 
 
 def test_only_profile_runs_is_an_error():
@@ -66,33 +208,155 @@ def test_only_profile_runs_is_an_error():
         compare.compare_records([rec("p0", 0, None, mode="profile")])
 
 
-def test_mismatch_warnings_name_what_differs():
-    records = fabricated()
-    records[-1] = rec("b9", 40, 25.0, workers=4, gpu="NVIDIA A100")
-    records.append(rec("c0", 41, 25.0, workers=4, batch_size=256))
-    warnings = compare.compare_records(records)["warnings"]
-    assert any("more than one setting" in w and "batch_size" in w for w in warnings)
-    assert any("differ in gpu" in w and "A100" in w for w in warnings)
+def test_a_profile_run_of_another_option_is_not_a_group_s_evidence():
+    records = study([1.0, 2.0], [3.0, 4.0]) + [rec("p1", 30, None, mode="profile", workers=4, fused_sgd=True)]
+    assert [g["evidence"] for g in table(compare.compare_records(records))["groups"]] == [None, None]
 
 
-def test_baseline_choice_and_unknown_baseline():
-    result = compare.compare_records(fabricated(), baseline="workers=4")
-    assert result["groups"][0]["group"] == "workers=4" and result["groups"][1]["ratio"] == pytest.approx(3 / 20)
-    with pytest.raises(compare.CompareError, match="none of the groups"):
-        compare.compare_records(fabricated(), baseline="workers=3")
+def graphed(i, rate, ms, old_names=False):
+    r = rec(f"g{i}", i, rate, gpu_input=True, cuda_graph=True)
+    allowed = 128 / (ms / 1000)
+    names = ("gpu_limit_samples_per_sec", "share_of_gpu_limit") if old_names else \
+        ("gpu_time_samples_per_sec", "gpu_bound_share")
+    outputs = {"gpu_ms_per_step": ms, names[0]: allowed, names[1]: rate / allowed}
+    return compare.record_from(r["uuid"], r["name"], r["created_at"], "succeeded", r["settings"],
+                               {**r["outputs"], **outputs}, {"settings": r["settings"], "environment": H200,
+                                                             "cpu_budget": {"cpus": 4}})
 
+
+@pytest.mark.parametrize("old_names", [False, True])
+def test_gpu_bound_share_only_where_every_run_measured_it(old_names):
+    """--cuda-graph runs: the window's rate over the rate the step's GPU time allows; older runs' outputs
+    (share_of_gpu_limit, gpu_limit_samples_per_sec) are read under the new name."""
+    runs = [graphed(i, rate, ms, old_names) for i, (rate, ms) in enumerate([(50_000.0, 2.5), (51_000.0, 2.4),
+                                                                             (49_000.0, 2.6)])]
+    result = compare.compare_records(runs + [rec(f"p{i}", i, r) for i, r in enumerate([1e4, 1.1e4, 1.2e4])])
+    by_label = groups(result)
+    assert by_label["defaults"]["gpu_bound"] is None
+    b = by_label["cuda_graph=True, gpu_input=True"]["gpu_bound"]
+    assert b["median_gpu_ms_per_step"] == 2.5
+    assert b["min_share"] == pytest.approx(min(50_000 * 2.5, 51_000 * 2.4, 49_000 * 2.6) / 128_000)
+    text = compare.markdown(result)
+    assert "GPU-bound share" in text and "Kernel-time limit" not in text
+
+
+def with_flops(r, tflops, mfu, peak=494.5, precision="tf32"):
+    r["outputs"].update(flops_per_sample=3_328_997_376, model_tflops_per_sec=tflops, mfu=mfu, peak_tflops=peak,
+                        peak_precision=precision)
+    return r
+
+
+def test_tflops_and_mfu_per_group_and_absent_for_older_runs():
+    a = [rec(f"a{i}", i, r) for i, r in enumerate([3000.0, 3100.0])]  # older runs: no FLOP outputs
+    b = [with_flops(rec(f"b{i}", i, r, workers=4), r * 3.329e9 / 1e12, r * 3.329e9 / 1e12 / 494.5)
+         for i, r in enumerate([11_000.0, 12_000.0])]
+    result = compare.compare_records(a + b)
+    c = groups(result)["workers=4"]["ceiling"]
+    assert c["median_tflops"] == pytest.approx(11_500 * 3.329e9 / 1e12)
+    assert c["median_mfu"] == pytest.approx(c["median_tflops"] / 494.5) and c["peaks"] == [(494.5, "tf32")]
+    assert groups(result)["workers=0"]["ceiling"] is None
+    text = compare.markdown(result)
+    assert "TFLOP/s and MFU absent for workers=0: these runs predate" in text
+    assert "| workers=4 | 3.329 | 38.28 | 0.077 | 494.5 (tf32) |" in text
+
+
+def test_mfu_absent_on_the_cpu_says_why():
+    runs = [with_flops(rec(f"a{i}", i, 10.0, env={"gpu": "cpu", "driver": None}), 0.03, None, None, None)
+            for i in range(2)]
+    c = table(compare.compare_records(runs))["groups"][0]["ceiling"]
+    assert c["median_mfu"] is None and c["mfu_note"] == "CPU run: no GPU peak"
+
+
+# --------------------------------------------------------------------------- files
 
 def test_outputs_written_and_the_plot_is_a_png(tmp_path):
-    paths = compare.write_outputs(compare.compare_records(fabricated()), str(tmp_path))
+    paths, note = compare.write_outputs(compare.compare_records(study([1.0, 2.0, 3.0, 4.0, 100.0],
+                                                                      [10.0, 20.0, 30.0])), str(tmp_path))
+    assert note is None
     with open(paths["png"], "rb") as f:
         head = f.read(8)
     assert head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(paths["png"]) > 5000
-    with open(paths["csv"]) as f:
-        lines = f.read().splitlines()
-    assert lines[0].startswith("group,n,median") and len(lines) == 3 and lines[1].startswith("workers=0,5,3.0")
+    with open(paths["csv"], newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0][:4] == ["machine", "group", "n", "median"] and len(rows) == 3
+    assert rows[1][1:5] == ["workers=0", "5", "3.0", "1.0"]
+    assert rows[2][compare.CSV_COLUMNS.index("verdict")] == "too few repeats for a verdict (n=3 pairs, need 6)"
     with open(paths["markdown"]) as f:
         assert "| workers=4 | 3 | 20.0 |" in f.read()
+    assert sorted(os.listdir(tmp_path)) == ["comparison.csv", "comparison.json", "comparison.md", "comparison.png"]
 
+
+@pytest.mark.parametrize("breaks", ["plot", "csv_text"])
+def test_outputs_are_all_or_none(tmp_path, monkeypatch, breaks):
+    """A failure while writing any output leaves the previous outputs exactly as they were, and no temp file."""
+    result = compare.compare_records(study([1.0, 2.0], [3.0, 4.0]))
+    compare.write_outputs(result, str(tmp_path))
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)}
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(compare, breaks, fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        compare.write_outputs(compare.compare_records(study([5.0, 6.0], [7.0, 8.0])), str(tmp_path))
+    assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)} == before
+
+
+def write_offline_run(root, uuid, created_at, inputs, outputs, status="succeeded"):
+    """A minimal offline run folder (run.plx.json only), as train.py leaves one."""
+    os.makedirs(os.path.join(root, "runs", uuid), exist_ok=True)
+    with open(os.path.join(root, "runs", uuid, "run.plx.json"), "w") as f:
+        json.dump({"uuid": uuid, "name": f"bench-{uuid}", "created_at": created_at, "status": status,
+                   "inputs": inputs, "outputs": outputs}, f)
+
+
+def fabricated_offline(root, hosts=("vm",)):
+    for h, host in enumerate(hosts):
+        for i in range(2):
+            for w, workers in enumerate((0, 4)):
+                facts = {"env_host": host, "env_gpu": "NVIDIA H200", "env_driver": "570.86.15",
+                         "env_torch": "2.11.0+cu130", "env_cuda": "13.0", "env_cpu_budget": 4}
+                write_offline_run(root, f"{host}{i}{w}", f"2026-12-02T1{h}:0{i}:{w}0+00:00",
+                                  {"mode": "bench", "workers": workers, "repeat": i},
+                                  {"samples_per_sec": 1000.0 * (1 + 3 * w) + i, **facts})
+
+
+def run_compare(*args, env=None):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=ROOT)
+
+
+def test_cli_refuses_runs_of_two_hosts_in_one_line_and_splits_them_per_host(tmp_path):
+    root = tmp_path / "offline"
+    fabricated_offline(str(root), hosts=("gpu-a", "gpu-b"))
+    proc = run_compare("--offline", str(root), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1 and not (tmp_path / "out").exists()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "different machines (host: gpu-a, gpu-b)" in lines[0], proc.stderr
+    proc = run_compare("--offline", str(root), "--out", str(tmp_path / "out"), "--per-host", "--baseline", "workers=0")
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert text.count("Machine: host gpu-") == 2 and text.count("| workers=4 | 2 |") == 2
+
+
+def test_without_matplotlib_the_tables_are_written_and_one_line_says_so(tmp_path):
+    root = tmp_path / "offline"
+    fabricated_offline(str(root))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "comparison.png").write_bytes(b"an older picture")
+    code = ("import runpy, sys; sys.modules['matplotlib'] = None; "
+            f"sys.argv = ['compare.py', '--offline', {str(root)!r}, '--out', {str(out)!r}]; "
+            f"runpy.run_path({os.path.join(ROOT, 'compare.py')!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    notes = [l for l in proc.stderr.splitlines() if l.startswith("compare.py:")]
+    assert len(notes) == 1 and "needs matplotlib (pip install matplotlib)" in notes[0], proc.stderr
+    assert sorted(os.listdir(out)) == ["comparison.csv", "comparison.json", "comparison.md"], \
+        "the older picture no longer matches the tables"
+
+
+# --------------------------------------------------------------------------- real runs
 
 @pytest.fixture(scope="module")
 def offline_study(tmp_path_factory, profile_run):
@@ -112,30 +376,54 @@ def offline_study(tmp_path_factory, profile_run):
 
 
 def test_compare_cli_over_real_offline_runs(offline_study, tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "--offline", str(offline_study),
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    proc = run_compare("--offline", str(offline_study), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     with open(tmp_path / "comparison.json") as f:
         result = json.load(f)
-    assert [(g["group"], g["n"]) for g in result["groups"]] == [("workers=0", 1), ("workers=1", 2)]
-    assert [r["why"] for r in result["left_out"]] == ["mode=profile: profiled runs are not throughput evidence"]
-    assert all(r > 0 for g in result["groups"] for r in g["rates"])
+    t = result["tables"][0]
+    assert [(g["group"], g["n"]) for g in t["groups"]] == [("workers=0", 1), ("workers=1", 2)]
+    assert t["groups"][1]["verdict"] == "too few repeats for a verdict (n=1 pairs, need 6)"
+    assert [r["why"] for r in result["left_out"]] == ["profile run: profiled steps are not throughput evidence"]
+    assert all(r > 0 for g in t["groups"] for r in g["rates"])
+    assert t["machine"]["gpu"] == "cpu" and t["machine"]["cpu_budget"] > 0
+    assert all(g["ceiling"]["median_tflops"] > 0 and g["ceiling"]["median_mfu"] is None for g in t["groups"])
     assert (tmp_path / "comparison.png").stat().st_size > 0
 
 
 def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, tmp_path):
-    """Offline runs pushed to a real server, read back by compare.py -p through Polyaxon's client."""
+    """Offline runs pushed to a real server, read back by compare.py -p from the listing's outputs alone:
+    train.py's env_* outputs make every run.json download unnecessary."""
     sandbox.cli("project", "create", "--name", "study")
     for uuid in os.listdir(offline_study / "runs"):
         sandbox.cli("ops", "push", "-uid", uuid, "--path", str(offline_study), "--reset-project", "-p", "study")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "-p", "study", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, env=sandbox.env(), cwd=ROOT)
+    proc = run_compare("-p", "study", "--out", str(tmp_path), env=sandbox.env())
     assert proc.returncode == 0, proc.stderr
+    assert "no machine facts" not in proc.stderr, "no run.json download was needed"
     with open(tmp_path / "comparison.json") as f:
         result = json.load(f)
-    assert [(g["group"], g["n"]) for g in result["groups"]] == [("workers=0", 1), ("workers=1", 2)]
+    t = result["tables"][0]
+    assert [(g["group"], g["n"]) for g in t["groups"]] == [("workers=0", 1), ("workers=1", 2)]
     assert len(result["left_out"]) == 1
-    assert result["groups"][0]["environment"]["gpu"] == ["cpu"], "run.json was downloaded from the server"
+    assert t["machine"]["gpu"] == "cpu" and t["machine"]["host"], "the facts came from the runs' outputs"
+
+
+def test_compare_downloads_run_json_for_older_runs(sandbox, tmp_path):
+    """Runs that predate the env_* outputs (the stored H200 study) get their facts from run.json."""
+    source = os.path.join(ROOT, "results", "h200", "offline")
+    old = ["1415924bea474f68bb553b3e2ea07a2a", "21df9af3083c46e69c64643299aaa60c"]  # workers 0 and 4, repeat 1
+    root = tmp_path / "old"
+    for uuid in old:
+        shutil.copytree(os.path.join(source, "runs", uuid), root / "runs" / uuid)
+    sandbox.cli("project", "create", "--name", "old")
+    for uuid in old:
+        sandbox.cli("ops", "push", "-uid", uuid, "--path", str(root), "--reset-project", "-p", "old")
+    proc = run_compare("-p", "old", "--out", str(tmp_path / "out"), env=sandbox.env())
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "out" / "comparison.json") as f:
+        t = json.load(f)["tables"][0]
+    assert t["machine"]["gpu"] == "NVIDIA H200" and t["machine"]["torch"] == "2.11.0+cu130"
+    assert [(g["group"], g["n"]) for g in t["groups"]] == [("workers=0", 1), ("workers=4", 1)]
+    assert t["groups"][1]["ceiling"] is None, "older runs carry no FLOP count"
 
 
 def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, tmp_path):
@@ -145,36 +433,10 @@ def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, 
     run = client.create(name="compare-study")
     env = sandbox.env(POLYAXON_RUN_INSTANCE=f"default.cmp.runs.{run.uuid}", POLYAXON_IS_MANAGED="true",
                       POLYAXON_CONTEXT_ROOT=sandbox.context)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "--offline", str(offline_study),
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    proc = run_compare("--offline", str(offline_study), "--out", str(tmp_path), env=env)
     assert proc.returncode == 0, proc.stderr
     store = os.path.join(sandbox.store, run.uuid)
     images = [f for d, _, fs in os.walk(store) for f in fs if "comparison" in f and "image" in d]
     assert images, f"no image event under {store}: {list(os.walk(store))}"
     lineage = sandbox.cli("ops", "get", "-p", "cmp", "-uid", run.uuid, "-o", "json")
     assert run.uuid in lineage.stdout
-
-
-def test_kernel_time_limit_is_reported_only_where_every_run_measured_it():
-    """--cuda-graph bench runs carry their GPU time per step: the group shows how close it ran to it."""
-    graphed = []
-    for i, (rate, ms) in enumerate([(50_000.0, 2.5), (51_000.0, 2.4), (49_000.0, 2.6)]):
-        r = rec(f"g{i}", 10 + i, rate, gpu_input=True, cuda_graph=True)
-        limit = 128 / (ms / 1000)
-        r["outputs"].update(gpu_ms_per_step=ms, gpu_limit_samples_per_sec=limit, share_of_gpu_limit=rate / limit)
-        graphed.append(r)
-    plain = [rec(f"p{i}", i, r) for i, r in enumerate([10_000.0, 11_000.0, 12_000.0])]
-    result = compare.compare_records(plain + graphed)
-    by_label = {g["group"]: g for g in result["groups"]}
-    base, g = by_label["defaults"], by_label["cuda_graph=True, gpu_input=True"]
-    assert base["gpu_limit"] is None
-    assert g["gpu_limit"]["median_gpu_ms_per_step"] == 2.5
-    assert g["gpu_limit"]["min_share"] == pytest.approx(min(50_000 * 2.5, 51_000 * 2.4, 49_000 * 2.6) / 128_000)
-    assert "Kernel-time limit" in compare.markdown(result)
-
-
-def test_a_profile_run_of_another_option_is_not_a_group_s_evidence():
-    """Bench groups that differ only in workers; a profile run with workers=4 and fused SGD is not theirs."""
-    records = fabricated() + [rec("p1", 30, None, mode="profile", workers=4, fused_sgd=True)]
-    result = compare.compare_records(records)
-    assert [g["evidence"] for g in result["groups"]] == [None, None]

@@ -6,11 +6,12 @@ import os
 import pytest
 import torch
 
+import flops
 import summarize
 import train
 import scopes
 from speedups.gpu_input import DeviceBatches
-from conftest import run_train, single_run
+from conftest import load_offline_run, run_train, single_run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 SMALL = ["--device", "cuda", "--data", "synthetic", "--batch-size", "32", "--warmup-steps", "3"]
@@ -88,8 +89,8 @@ def test_captured_batch_assembly_draws_what_eager_draws():
     assert not torch.equal(got[0][0], got[1][0]), "a replay must draw new numbers, not repeat the captured ones"
 
 
-def test_cuda_graph_bench_reports_its_kernel_time_limit(tmp_path):
-    """--cuda-graph bench: a rate, the GPU time per step of the replays, and the share of that limit."""
+def test_cuda_graph_bench_reports_its_gpu_bound_share(tmp_path):
+    """--cuda-graph bench: a rate, the GPU time per step of the replays, and the GPU-bound share."""
     proc = run_train(["--mode", "bench", "--bench-steps", "20", "--gpu-input", "--cuda-graph", "--channels-last",
                       "--amp", "bf16", "--fused-sgd", *SMALL], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -98,10 +99,36 @@ def test_cuda_graph_bench_reports_its_kernel_time_limit(tmp_path):
         record = json.load(f)
     results = record["results"]
     assert record["cuda_graph"]["graphs"] == list(scopes.SCOPES), "one graph per scope"
-    assert results["kernel_time_limit"]["queued_before_gpu_started"], "the limit must time the GPU alone"
-    assert 0 < results["share_of_gpu_limit"] <= 1.05, results
-    assert results["gpu_limit_samples_per_sec"] == pytest.approx(32 / (results["gpu_ms_per_step"] / 1000))
+    assert results["gpu_time"]["queued_before_gpu_started"], "the step's GPU time must be timed with the GPU alone"
+    assert 0 < results["gpu_bound_share"] <= 1.05, results
+    assert results["gpu_time_samples_per_sec"] == pytest.approx(32 / (results["gpu_ms_per_step"] / 1000))
     assert len(record["warmup_step_seconds"]) == 3 and results["loss_after_window"] > 0
+    assert all(s > 0 for s in record["warmup_step_seconds"]), "warm-up steps timed by CUDA events"
+
+
+@pytest.mark.parametrize("amp,precision", [("off", "tf32"), ("bf16", "bf16")])
+def test_gpu_bench_logs_flops_tflops_and_mfu(tmp_path, amp, precision):
+    """A CUDA bench run: FLOPs per sample, achieved TFLOP/s and MFU against the dense peak of the GPU's
+    precision (torch's default cudnn.allow_tf32 makes fp32 convolutions TF32), with MFU in (0, 1);
+    the driver version and the other comparable facts as Polyaxon outputs."""
+    proc = run_train(["--mode", "bench", "--bench-steps", "30", "--amp", amp, *SMALL], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    uuid, outputs = single_run(tmp_path)
+    with open(os.path.join(outputs, "run.json")) as f:
+        record = json.load(f)
+    r, gpu = record["results"], record["environment"]["gpu"]
+    out = load_offline_run(tmp_path, uuid)["outputs"]
+    assert out["flops_per_sample"] == pytest.approx(3.33e9, rel=0.01)
+    assert out["model_tflops_per_sec"] == pytest.approx(out["flops_per_sample"] * r["samples_per_sec"] / 1e12)
+    assert out["env_gpu"] == gpu and out["env_driver"] == record["environment"]["driver"] is not None
+    assert r["peak_precision"] == precision
+    if gpu not in flops.PEAKS:
+        pytest.skip(f"{gpu} has no dense peak in flops.PEAKS: MFU is null by design ({r['ceiling']['note']})")
+    assert out["peak_tflops"] == flops.PEAKS[gpu][precision]
+    assert out["mfu"] == pytest.approx(out["model_tflops_per_sec"] / out["peak_tflops"])
+    assert 0 < out["mfu"] < 1, out
+    if gpu == "NVIDIA H200":
+        assert out["peak_tflops"] == {"tf32": 494.5, "bf16": 989.5}[precision]
 
 
 def test_cuda_graph_profile_keeps_the_four_scopes(tmp_path):

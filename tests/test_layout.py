@@ -8,7 +8,7 @@ from conftest import ROOT
 
 # Lowest first: a module may import only modules listed before it.
 LAYERS = ["scopes", "runinfo", "stopping", "summarize", "speedups", "speedups.options", "speedups.gpu_input",
-          "speedups.prefetch", "speedups.cuda_graph", "profiling", "compare", "train"]
+          "speedups.prefetch", "speedups.cuda_graph", "flops", "profiling", "compare", "train"]
 
 
 def project_imports(path):

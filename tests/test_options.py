@@ -64,7 +64,7 @@ def test_options_are_recorded_in_run_json_and_polyaxon_inputs(tmp_path):
     assert record["input_transform"].startswith("on the device"), "run.json must say which transform ran"
     inputs = load_offline_run(tmp_path, uuid)["inputs"]
     assert inputs["gpu_input"] is True and inputs["amp"] == "bf16" and inputs["cudnn_benchmark"] is True
-    assert "share_of_gpu_limit" not in record["results"], "the kernel-time limit is measured with --cuda-graph only"
+    assert "gpu_bound_share" not in record["results"], "the GPU-bound share is measured with --cuda-graph only"
 
 
 def test_dataloader_knobs_reach_the_loader(tmp_path):

@@ -189,13 +189,14 @@ def test_download_error_is_reported_in_process(tmp_path, monkeypatch):
         train.build_dataset(args, train.build_transform())
 
 
-def write_cgroup(root, files):
+def write_cgroup(root, files, own="0::/\n"):
+    """A fake cgroup tree under root and a fake /proc/self/cgroup saying which cgroup the process is in."""
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     proc = root / "proc-cgroup"
-    proc.write_text("0::/\n")
+    proc.write_text(own)
     return str(proc)
 
 
@@ -212,6 +213,41 @@ def test_cpu_budget_reads_the_cgroup_quota(tmp_path, monkeypatch, files, expecte
     assert budget["cpus"] == expected and budget["source"].startswith(source) and budget["affinity_cpus"] == 64
 
 
+NESTED = [
+    # v2: the pod's quota (2 CPUs) binds its container, which sets none, and beats the node slice's 8.
+    ({"cpu.max": "max 100000\n", "kubepods/cpu.max": "800000 100000\n", "kubepods/pod1/cpu.max": "200000 100000\n",
+      "kubepods/pod1/ctr/cpu.max": "max 100000\n"}, "0::/kubepods/pod1/ctr\n", 2.0, "kubepods/pod1/cpu.max"),
+    # v2: the container's own quota is the smaller one.
+    ({"kubepods/pod1/cpu.max": "400000 100000\n", "kubepods/pod1/ctr/cpu.max": "150000 100000\n"},
+     "0::/kubepods/pod1/ctr\n", 1.5, "kubepods/pod1/ctr/cpu.max"),
+    # v2 seen from inside a container without a cgroup namespace: its path is absent under the mount; the root holds it.
+    ({"cpu.max": "300000 100000\n"}, "0::/kubepods/pod1/ctr\n", 3.0, "cgroup v2"),
+    # v1: the cpu controller's own path from /proc/self/cgroup, then its parents; -1 is no quota.
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+      "cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "300000\n",
+      "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000\n",
+      "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_quota_us": "-1\n",
+      "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_period_us": "100000\n"},
+     "12:memory:/kubepods/pod1/ctr\n4:cpu,cpuacct:/kubepods/pod1/ctr\n0::/\n", 3.0, "kubepods/pod1"),
+    # v1: a container quota under a larger pod quota.
+    ({"cpu/kubepods/cpu.cfs_quota_us": "600000\n", "cpu/kubepods/cpu.cfs_period_us": "100000\n",
+      "cpu/kubepods/ctr/cpu.cfs_quota_us": "50000\n", "cpu/kubepods/ctr/cpu.cfs_period_us": "100000\n"},
+     "4:cpu,cpuacct:/kubepods/ctr\n", 0.5, "kubepods/ctr"),
+]
+
+
+@pytest.mark.parametrize("files,own,expected,where", NESTED, ids=["v2-pod", "v2-container", "v2-no-namespace",
+                                                                  "v1-pod", "v1-container"])
+def test_cpu_budget_walks_the_nested_cgroups_and_the_smallest_quota_wins(tmp_path, monkeypatch, files, own,
+                                                                         expected, where):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    proc = write_cgroup(tmp_path, files, own)
+    budget = runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    assert budget["cpus"] == expected and budget["cgroup_quota_cpus"] == expected, budget
+    assert where in budget["source"], budget
+    assert min(q["cpus"] for q in budget["cgroup_quotas"]) == expected
+
+
 def test_cpu_budget_without_quota_is_affinity(tmp_path, monkeypatch):
     """cpu.max 'max' (no quota) and taskset both fall back on affinity."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
@@ -220,6 +256,59 @@ def test_cpu_budget_without_quota_is_affinity(tmp_path, monkeypatch):
     proc = write_cgroup(tmp_path, {"cpu.max": "800000 100000\n"})
     budget = runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
     assert budget["cpus"] == 3 and budget["cgroup_quota_cpus"] == 8
+
+
+@pytest.mark.parametrize("text", [
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+    "GCC version:  gcc 12.3.0\n",
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)  "
+    "Thu Jan 23\n",
+])
+def test_driver_version_from_the_kernel_module_file(tmp_path, text):
+    (tmp_path / "version").write_text(text)
+    assert runinfo.driver_version(str(tmp_path / "version"), nvidia_smi=str(tmp_path / "absent")) == "550.54.15"
+
+
+def test_driver_version_from_nvidia_smi_else_none(tmp_path):
+    """No /proc file: nvidia-smi answers; neither: None (a CPU machine)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 570.86.15\n")
+    smi.chmod(0o755)
+    assert runinfo.driver_version(str(tmp_path / "absent"), nvidia_smi=str(smi)) == "570.86.15"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
+    assert runinfo.driver_version(str(tmp_path / "absent"), nvidia_smi=str(smi)) is None
+    assert runinfo.driver_version(str(tmp_path / "absent"), nvidia_smi=str(tmp_path / "absent")) is None
+
+
+def test_bench_run_logs_its_comparable_facts_flops_and_step_metrics(bench_run):
+    """Polyaxon outputs: host, GPU, torch, CPU budget and FLOPs per sample (names no metric uses); the warm-up
+    step times as a metric by step; on the CPU, TFLOP/s but no MFU, and run.json says why."""
+    run = load_offline_run(bench_run["root"], bench_run["uuid"])
+    record = read_json(os.path.join(bench_run["outputs"], "run.json"))
+    out = run["outputs"]
+    assert out["env_host"] == record["environment"]["hostname"] and out["env_gpu"] == "cpu"
+    assert out["env_torch"] == torch.__version__ and out["env_cpu_budget"] == record["cpu_budget"]["cpus"]
+    assert "env_driver" not in out and record["environment"]["driver"] is None
+    assert out["flops_per_sample"] == record["flops"]["flops_per_sample"] == pytest.approx(3.33e9, rel=0.01)
+    r = record["results"]
+    assert out["model_tflops_per_sec"] == pytest.approx(r["flops_per_sample"] * r["samples_per_sec"] / 1e12)
+    assert "mfu" not in out and r["ceiling"]["mfu"] is None and "CPU run" in r["ceiling"]["note"]
+    assert len(record["warmup_step_seconds"]) == 1 and record["warmup_step_seconds"][0] > 0
+    events = os.path.join(bench_run["root"], "runs", bench_run["uuid"], "events", "metric")
+    assert os.listdir(events) == ["warmup_step_seconds.plx"]
+
+
+def test_profile_run_logs_each_profiled_step_as_a_metric(profile_run):
+    """The profiled step times per ProfilerStep number (2-4, 7-9), charted on the run's dashboard."""
+    path = os.path.join(profile_run["root"], "runs", profile_run["uuid"], "events", "metric",
+                        "profiled_step_wall_ms.plx")
+    with open(path) as f:
+        text = f.read()
+    lines = text.strip().splitlines()  # Polyaxon's event file: "step|timestamp|metric", one line per step
+    assert lines[0] == "step|timestamp|metric"
+    steps = sorted(int(line.split("|")[0]) for line in lines[1:])
+    assert all(float(line.split("|")[2]) > 0 for line in lines[1:])
+    assert steps == [2, 3, 4, 7, 8, 9], text
 
 
 def test_batches_restart_cleanly_at_epoch_end():

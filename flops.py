@@ -1,0 +1,113 @@
+"""The hardware ceiling: the model's FLOPs per training sample, the GPUs' dense peaks, achieved TFLOP/s and MFU.
+
+Model FLOPs are what torch.utils.flop_counter.FlopCounterMode counts over one forward and backward:
+the convolutions (forward: 2 x Cin x Cout x k x k x Hout x Wout per image; backward: the same again for
+the weight gradient and again for the input gradient, except the first convolution, whose input needs
+no gradient) and the matmuls of the linear layer. Batch norm, activations, pooling, the loss, the
+optimizer and the input pipeline are not counted, as in the usual MFU definition. For the CIFAR
+ResNet18 variant: about 1.11 GFLOP forward and 3.33 GFLOP per training image.
+
+MFU = achieved model FLOP/s (FLOPs per sample x samples/s of the bench window) / the GPU's dense peak
+for the precision the step's convolutions may use. It says how close the step comes to the hardware's
+arithmetic limit; the GPU-bound share (--cuda-graph) says how GPU-bound the step is, which is another thing.
+"""
+
+# Dense peaks (no 2:4 structured sparsity) in TFLOP/s, keyed by torch.cuda.get_device_name(). The vendor
+# datasheets print the Tensor Core figures with sparsity and say dense is one half: those are halved here.
+PEAKS = {
+    "NVIDIA H200": {
+        "model": "H200 SXM 141GB", "fp32": 67.0, "tf32": 494.5, "bf16": 989.5,
+        "source": "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), H200 SXM: "
+                  "FP32 67, TF32 Tensor Core 989*, BF16 Tensor Core 1,979* TFLOPS (*with sparsity)"},
+    "NVIDIA H100 80GB HBM3": {
+        "model": "H100 SXM5 80GB", "fp32": 67.0, "tf32": 494.5, "bf16": 989.5,
+        "source": "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), H100 SXM: "
+                  "FP32 67, TF32 Tensor Core 989*, BF16 Tensor Core 1,979* TFLOPS (*with sparsity)"},
+    "NVIDIA A100-SXM4-80GB": {
+        "model": "A100 SXM4 80GB", "fp32": 19.5, "tf32": 156.0, "bf16": 312.0,
+        "source": "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 80GB SXM: "
+                  "FP32 19.5, TF32 Tensor Core 156 | 312*, BF16 Tensor Core 312 | 624* TFLOPS (*with sparsity)"},
+    "NVIDIA A100-SXM4-40GB": {
+        "model": "A100 SXM4 40GB", "fp32": 19.5, "tf32": 156.0, "bf16": 312.0,
+        "source": "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 40GB SXM: "
+                  "FP32 19.5, TF32 Tensor Core 156 | 312*, BF16 Tensor Core 312 | 624* TFLOPS (*with sparsity)"},
+    "NVIDIA L4": {
+        "model": "L4", "fp32": 30.3, "tf32": 60.0, "bf16": 121.0,
+        "source": "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4): "
+                  "FP32 30.3, TF32 Tensor Core 120*, BF16 Tensor Core 242* TFLOPS (*with sparsity)"},
+}
+
+
+def training_flops(torch, build_model, image_shape=(3, 32, 32), batch=2):
+    """FLOPs of one forward and one backward per sample, counted on a fresh model on the meta device.
+
+    The meta device holds shapes only: building the model there allocates nothing, computes nothing
+    and draws nothing from the seeded random generators, so the training model, its data order and its
+    augmentation are exactly what they would have been without the count. The count depends on shapes
+    alone, so it holds for the trained model whatever its memory format, precision or compilation.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+    with torch.device("meta"):
+        model = build_model(torch)
+        images = torch.empty(batch, *image_shape)
+        targets = torch.zeros(batch, dtype=torch.long)
+    model.train()
+    with FlopCounterMode(display=False) as forward:
+        loss = torch.nn.functional.cross_entropy(model(images), targets)
+    with FlopCounterMode(display=False) as backward:
+        loss.backward()
+
+    def by_op(counter):
+        # Named "aten.convolution" or "aten.convolution.default" depending on the torch version.
+        counts = counter.get_flop_counts().get("Global", {})
+        return {str(op).removesuffix(".default"): n // batch for op, n in counts.items()}
+
+    fwd, bwd = forward.get_total_flops(), backward.get_total_flops()
+    if fwd <= 0 or fwd % batch or bwd % batch:
+        raise RuntimeError(f"FlopCounterMode counted {fwd} forward and {bwd} backward FLOPs for {batch} samples: "
+                           "not a whole positive number per sample")
+    return {"flops_per_sample": (fwd + bwd) // batch, "forward_flops_per_sample": fwd // batch,
+            "backward_flops_per_sample": bwd // batch, "forward_by_op": by_op(forward),
+            "backward_by_op": by_op(backward), "counted_on": "meta device, fresh model, batch of "
+            f"{batch} {'x'.join(map(str, image_shape))} images", "counter": "torch.utils.flop_counter.FlopCounterMode"}
+
+
+def math_precision(torch, amp):
+    """Which peak bounds the step's convolutions (all but about 10 kFLOP of this model's FLOPs), and why."""
+    flags = {"cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+             "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+             "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    if amp == "bf16":
+        return "bf16", flags, "autocast to bfloat16: convolutions and matmuls run in bf16"
+    if flags["cudnn_allow_tf32"]:
+        return "tf32", flags, ("fp32 tensors, but torch.backends.cudnn.allow_tf32 is True (torch's default), so "
+                               "cuDNN may run the convolutions on TF32 Tensor Cores: the TF32 peak is their ceiling "
+                               "(the linear layer's matmul follows torch.backends.cuda.matmul.allow_tf32, False by "
+                               "default, but holds about 10 kFLOP of 3.3 GFLOP)")
+    return "fp32", flags, "fp32 with cuDNN TF32 switched off: the FP32 (non-Tensor Core) peak"
+
+
+def ceiling(flops_per_sample, samples_per_sec, gpu, precision):
+    """Achieved model TFLOP/s and MFU against the dense peak of the GPU for the precision used.
+
+    mfu is None with the reason where no peak applies (a CPU run, a GPU missing from PEAKS), and where
+    it would exceed 1, which no real run can: then the FLOP count or the peak is wrong, not the run.
+    """
+    achieved = flops_per_sample * samples_per_sec / 1e12
+    out = {"model_tflops_per_sec": achieved, "peak_tflops": None, "peak_precision": precision, "mfu": None,
+           "peak_source": None, "note": None}
+    peaks = PEAKS.get(gpu)
+    if gpu == "cpu":
+        out["note"] = "CPU run: no GPU peak to compare with"
+    elif peaks is None:
+        out["note"] = (f"no dense peak known for {gpu!r} (flops.PEAKS holds {', '.join(sorted(PEAKS))}): "
+                       "add its datasheet figures to get MFU")
+    else:
+        out.update(peak_tflops=peaks[precision], peak_source=peaks["source"])
+        mfu = achieved / peaks[precision]
+        if mfu > 1:
+            out["note"] = (f"MFU would be {mfu:.2f} > 1, which no run can reach: the FLOP count or the "
+                           f"{peaks['model']} {precision} peak is wrong")
+        else:
+            out["mfu"] = mfu
+    return out

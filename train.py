@@ -18,6 +18,9 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
         --channels-last --amp bf16 --fused-sgd
     # CPU only, tiny
     python train.py --mode profile --device cpu --data synthetic --batch-size 16 --warmup-steps 2
+    # DDP, one process per GPU (distributed.py); on the CPU through gloo with --device cpu
+    torchrun --nproc-per-node 2 train.py --ddp --mode profile --workers 4
+    python ranks.py OUTPUTS/traces          # the evidence across ranks: the slow rank and its stage
 
 mode=profile: warm-up steps, then torch.profiler with schedule(wait=1, warmup=1,
 active=3, repeat=2) over 10 steps: two Chrome traces (open them in
@@ -37,6 +40,7 @@ import traceback
 import runinfo
 from runinfo import UserError, write_atomic
 import profiling
+import distributed
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
 from speedups import options
 
@@ -103,6 +107,7 @@ def build_parser():
     p.add_argument("--repeat", type=non_negative_int, default=None,
                    help="index of this job in an alternating series; only recorded and tagged (default: none)")
     options.add_arguments(p, positive_int)
+    distributed.add_arguments(p, non_negative_int, non_negative_float)
     return p
 
 
@@ -112,6 +117,7 @@ def parse_settings(argv=None):
     if args.momentum >= 1:
         parser.error(f"argument --momentum: must be < 1, got {args.momentum}")
     options.check(args, parser.error)
+    distributed.check(args, parser.error)
     return args
 
 
@@ -164,16 +170,17 @@ def build_dataset(args, transform):
     return dataset, {"name": "cifar10", "images": len(dataset), "root": os.path.abspath(args.data_dir)}
 
 
-def build_loader(torch, dataset, args, device):
+def build_loader(torch, dataset, args, device, world):
     generator = torch.Generator()
-    generator.manual_seed(args.seed)
+    generator.manual_seed(args.seed + world.rank)  # DataLoader workers' augmentation seeds differ per rank
+    sampler = world.sampler(torch, dataset, args.seed)  # DDP: each rank its slice of the epoch's shuffle
     knobs = {}
     if args.workers:
         knobs["persistent_workers"] = args.persistent_workers
         if args.prefetch_factor is not None:
             knobs["prefetch_factor"] = args.prefetch_factor
     return torch.utils.data.DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+        dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler, num_workers=args.workers,
         pin_memory=device.type == "cuda", drop_last=True, generator=generator, **knobs)
 
 
@@ -196,26 +203,31 @@ class Batches:
             return next(self._it)
         except StopIteration:
             self.epoch_restarts += 1
+            if hasattr(self.loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle per epoch
+                self.loader.sampler.set_epoch(self.epoch_restarts)
             self._it = iter(self.loader)
             return next(self._it)
 
 
-def build_batches(torch, args, device):
+def build_batches(torch, args, device, world):
     """The batches the step draws, and what run.json says about them: a DataLoader, or (--gpu-input) the device."""
     transform = build_transform()
-    dataset, data = build_dataset(args, transform)
+    with world.local_leader_first():  # one download per machine
+        dataset, data = build_dataset(args, transform)
     facts = {"data": data, "input_transform": repr(transform)}
     if args.gpu_input:
         from speedups.gpu_input import DeviceBatches
-        batches = DeviceBatches(torch, dataset, args.batch_size, device, args.seed, CIFAR10_MEAN, CIFAR10_STD)
+        batches = DeviceBatches(torch, world.shard(dataset), args.batch_size, device, args.seed + world.rank,
+                                CIFAR10_MEAN, CIFAR10_STD)
         facts["input_transform"] = (f"on the device, batched (speedups.gpu_input.augment): RandomCrop(32, padding=4, "
                                     f"fill=0), RandomHorizontalFlip(p=0.5), /255, Normalize({CIFAR10_MEAN}, {CIFAR10_STD})")
         facts["loader"] = {"kind": "device", "note": "batches assembled and augmented on the device, no DataLoader",
                            "batches_per_epoch": len(dataset) // args.batch_size}
         return batches, facts
-    loader = build_loader(torch, dataset, args, device)
+    loader = build_loader(torch, dataset, args, device, world)
     facts["loader"] = {"kind": "DataLoader", "num_workers": args.workers, "pin_memory": loader.pin_memory,
                        "shuffle": True, "drop_last": True, "batches_per_epoch": len(loader),
+                       "sampler": type(loader.sampler).__name__,
                        "persistent_workers": loader.persistent_workers,
                        "prefetch_factor": loader.prefetch_factor if args.workers else None,
                        "start_method": torch.multiprocessing.get_start_method(allow_none=True) if args.workers else None}
@@ -287,7 +299,7 @@ def warm_up(torch, step, device, args):
 
 # --------------------------------------------------------------------------- the two modes
 
-def run_profile(torch, step, device, out_dir, args):
+def run_profile(torch, step, device, out_dir, args, world):
     """Ten steps under the tutorial's schedule; one trace and two operator tables per cycle, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -295,7 +307,7 @@ def run_profile(torch, step, device, out_dir, args):
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:
         print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks", file=sys.stderr)
-    save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda)
+    save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir)  # traces/rank{R}/ in DDP
     with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
                  record_shapes=True, profile_memory=True, with_stack=True) as profiler:
         for _ in range(PROFILE_STEPS):
@@ -315,9 +327,11 @@ def run_profile(torch, step, device, out_dir, args):
     }
 
 
-def run_bench(torch, step, device, batches, args):
-    """--bench-steps batches between two synchronizations, nothing syncing in between."""
+def run_bench(torch, step, device, batches, args, world):
+    """--bench-steps batches between two synchronizations, nothing syncing in between; in DDP the ranks
+    start together and the slowest rank's window sets the global rate."""
     synchronize(torch, device)
+    world.barrier()
     restarts_before = batches.epoch_restarts
     t0 = time.perf_counter()
     for _ in range(args.bench_steps):
@@ -339,7 +353,7 @@ def run_bench(torch, step, device, batches, args):
         limit["share_of_gpu_limit"] = results["samples_per_sec"] / limit["gpu_limit_samples_per_sec"]
         results["kernel_time_limit"] = limit
         results.update({k: limit[k] for k in ("gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit")})
-    return results
+    return world.bench_results(results)
 
 
 # --------------------------------------------------------------------------- main
@@ -349,11 +363,17 @@ def log_bench(record, results, args):
     limit = (f"; GPU limit {results['gpu_limit_samples_per_sec']:.1f} samples/s "
              f"({results['gpu_ms_per_step']:.3f} ms/step), {results['share_of_gpu_limit']:.1%} of it"
              if args.cuda_graph else "")
-    print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
-          f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
-          f"workers {args.workers}){limit}")
+    own = ", ".join(f"{r['samples_per_sec']:.1f}" for r in results.get("ranks", []))
+    ranks = (f"; {results['world_size']} ranks, the longest window (rank {results['longest_window_rank']}) sets "
+             f"the rate; the ranks' own rates {own}" if own else "")
+    if record["distributed"]["rank"] != 0:
+        return {k: results[k] for k in ("samples_per_sec", "rank_samples_per_sec")}  # rank 0 prints and logs
+    print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of {args.batch_size}"
+          f"{' per rank' if own else ''} in {results.get('global_window_seconds', results['window_seconds']):.3f}s, "
+          f"device {record['environment']['gpu']}, workers {args.workers}){limit}{ranks}")
     return {k: results[k] for k in ("samples_per_sec", "window_seconds", "window_steps",
-                                    "gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit")
+                                    "gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit",
+                                    "world_size", "longest_window_rank", "rank_rate_spread")
             if k in results}
 
 
@@ -369,13 +389,15 @@ def resolve_device(torch, requested):
     return torch.device("cpu")
 
 
-def build_step(torch, batches, device, args):
+def build_step(torch, batches, device, args, world):
     """Model, loss and optimizer, and the step the mode runs: the tutorial's, or its captured replay."""
     memory_format, autocast = options.precision(torch, device, args)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
     model = build_model(torch).to(device, memory_format=memory_format)
     if args.compile != "off":
         model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
+    # DDP wraps the compiled module (torch's advice: compile the inner module, not the wrapper).
+    model = world.wrap(torch, model)
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
@@ -383,8 +405,8 @@ def build_step(torch, batches, device, args):
     if args.prefetch_stream:
         from speedups.prefetch import PrefetchToDevice
         prefetcher = PrefetchToDevice(torch, device, next(batches))
-    step = make_step(batches, model, criterion, optimizer, options.to_device_fn(torch, device, args, prefetcher),
-                     autocast)
+    step = make_step(world.slowed(batches, args), model, criterion, optimizer,
+                     options.to_device_fn(torch, device, args, prefetcher), autocast)
     if not args.cuda_graph:
         return step
     from speedups.cuda_graph import CapturedStep
@@ -402,38 +424,43 @@ def main(argv=None):
     try:
         device = resolve_device(torch, args.device)
         options.check_device(torch, args, device)
+        world = distributed.World.start(torch, args, device)  # --ddp: torchrun's process group; else a world of one
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2
+    device = world.device
 
     tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
-    tracking = runinfo.start_tracking(name=f"{args.mode}-workers{args.workers}", tags=tags)
-    record = runinfo.RunRecord(tracking, settings, args.mode, args.output_dir)
+    # One Polyaxon run per job, rank 0's; the other ranks write into its outputs folder.
+    record = world.start_record(settings, args.mode, args.output_dir, f"{args.mode}-workers{args.workers}", tags)
     print(f"outputs: {record.out_dir}", file=sys.stderr)
     try:
         record["cpu_budget"] = budget = runinfo.cpu_budget()
         record["torch_threads"] = runinfo.set_threads(torch, budget)
         record["environment"] = runinfo.environment(torch, device)
         record["device"] = str(device)
-        record.log_file(write_atomic(os.path.join(record.out_dir, "packages.txt"), runinfo.package_inventory()),
-                        "packages")
-        tracking.log_inputs(**{k: v for k, v in settings.items() if v is not None})
+        if world.is_leader:  # one inventory per job: every replica runs the same image
+            record.log_file(write_atomic(os.path.join(record.out_dir, "packages.txt"), runinfo.package_inventory()),
+                            "packages")
+        record.tracking.log_inputs(**{k: v for k, v in settings.items() if v is not None})
 
         random.seed(args.seed)
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)
-        batches, facts = build_batches(torch, args, device)
+        batches, facts = build_batches(torch, args, device, world)
         record.update(facts)
-        step = build_step(torch, batches, device, args)
+        step = build_step(torch, batches, device, args, world)
+        world.seed_per_rank(torch, np, random, args.seed)  # weights alike on every rank, augmentation not
         record["warmup_seconds"], record["warmup_step_seconds"] = warm_up(torch, step, device, args)
         if args.cuda_graph:
             record["cuda_graph"] = step.info
 
         if args.mode == "profile":
-            record["results"] = results = run_profile(torch, step, device, record.out_dir, args)
+            record["results"] = results = run_profile(torch, step, device, record.out_dir, args, world)
             outputs = profiling.log_cycles(record, results)
+            outputs.update(world.profile_evidence(record, results))  # DDP: the slow rank and its stage
         else:
-            record["results"] = results = run_bench(torch, step, device, batches, args)
+            record["results"] = results = run_bench(torch, step, device, batches, args, world)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
     except (Exception, KeyboardInterrupt) as e:
@@ -442,7 +469,8 @@ def main(argv=None):
             print(f"train.py: error: {e}", file=sys.stderr)
             return 1
         raise
-    record.succeeded(outputs)
+    world.succeeded(record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
+    world.close()
     print(f"run.json: {record.path}", file=sys.stderr)
     return 0
 

@@ -29,6 +29,15 @@ def run_train(args, offline_root, timeout=600, **env):
                           timeout=timeout)
 
 
+def run_torchrun(args, offline_root, nproc=2, timeout=600, **env):
+    """train.py under torchrun (python -m torch.distributed.run), one machine, a free rendezvous port."""
+    from polyaxon_support import free_port
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--master-port", str(free_port()), os.path.join(ROOT, "train.py"), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=polyaxon_env(offline_root, OMP_NUM_THREADS="1", **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def offline_runs(offline_root):
     runs = os.path.join(str(offline_root), "runs")
     return sorted(os.listdir(runs)) if os.path.isdir(runs) else []

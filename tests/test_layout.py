@@ -7,8 +7,8 @@ import pytest
 from conftest import ROOT
 
 # Lowest first: a module may import only modules listed before it.
-LAYERS = ["scopes", "runinfo", "summarize", "speedups", "speedups.options", "speedups.gpu_input",
-          "speedups.prefetch", "speedups.cuda_graph", "profiling", "compare", "train"]
+LAYERS = ["scopes", "runinfo", "summarize", "ranks", "speedups", "speedups.options", "speedups.gpu_input",
+          "speedups.prefetch", "speedups.cuda_graph", "profiling", "distributed", "compare", "train"]
 
 
 def project_imports(path):

@@ -39,6 +39,7 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json):
     """One run, the same shape whether it came from Polyaxon or from an offline folder."""
     run_json = run_json or {}
     settings = dict(run_json.get("settings") or inputs or {})
+    settings.update(world_settings(run_json, outputs))
     env = run_json.get("environment") or {}
     budget = (run_json.get("cpu_budget") or {}).get("cpus")
     return {
@@ -174,6 +175,7 @@ def compare_records(records, baseline=None):
                 row["verdict"] += "; the ranges do not overlap"
         row["evidence"] = matching_evidence(records, groups[key][0]["settings"])
         row["gpu_limit"] = gpu_limit(groups[key])
+        row["rank_spread"] = rank_spread(groups[key])
         rows.append(row)
     return {"groups": rows, "varying": varying, "warnings": warnings,
             "left_out": [{"uuid": r["uuid"], "name": r["name"], "why": why} for r, why in left_out],
@@ -191,6 +193,23 @@ def gpu_limit(runs):
         return None
     return {"median_share": statistics.median(shares), "min_share": min(shares),
             "median_gpu_ms_per_step": statistics.median(ms), "median_limit_samples_per_sec": statistics.median(rates)}
+
+
+def world_settings(run_json, outputs):
+    """world_size and nproc_per_node as settings, so that grouping never pools runs of different world sizes
+    (a run without them, from before DDP, was one process)."""
+    world = run_json.get("distributed") or {}
+    return {"world_size": world.get("world_size", (outputs or {}).get("world_size", 1)),
+            "nproc_per_node": world.get("local_world_size", 1)}
+
+
+def rank_spread(runs):
+    """DDP runs: the spread of the ranks' own rates ((max - min) / median within each run), over the group's runs."""
+    spreads = [r["outputs"].get("rank_rate_spread") for r in runs]
+    if any(v is None for v in spreads):
+        return None
+    return {"world_size": runs[0]["settings"]["world_size"], "median": statistics.median(spreads),
+            "max": max(spreads)}
 
 
 def matching_evidence(records, settings):
@@ -237,6 +256,15 @@ def markdown(result):
             out.write(f"| {g['group']} | {lim['median_gpu_ms_per_step']:.3f} | "
                       f"{fmt_rate(lim['median_limit_samples_per_sec'])} | "
                       f"{lim['median_share']:.3f} | {lim['min_share']:.3f} |\n")
+    distributed = [g for g in result["groups"] if g.get("rank_spread")]
+    if distributed:
+        out.write("\nDistributed runs (samples/s is the global rate, set by the longest rank window):\n\n")
+        out.write("| group | world size | median global samples/s | per-rank spread (median) | per-rank spread (max) |\n"
+                  "|---|---|---|---|---|\n")
+        for g in distributed:
+            sp = g["rank_spread"]
+            out.write(f"| {g['group']} | {sp['world_size']} | {fmt_rate(g['median'])} | {sp['median']:.1%} | "
+                      f"{sp['max']:.1%} |\n")
     evidence = [g for g in result["groups"] if g["evidence"]]
     if evidence:
         out.write("\nTrace evidence (profile runs of the same settings; profiled steps are slower than bench steps):\n\n")

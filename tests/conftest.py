@@ -73,6 +73,28 @@ def bench_run(tmp_path_factory):
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
 
 
+SLOW = ["--slow-rank", "1", "--slow-input-ms", "200"]
+
+
+@pytest.fixture(scope="session")
+def ddp_profile(tmp_path_factory):
+    """Two ranks profiled, rank 1 a straggler on purpose (200 ms inside input/next_batch)."""
+    root = tmp_path_factory.mktemp("ddp-profile")
+    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
+    assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
+@pytest.fixture(scope="session")
+def ddp_bench(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp-bench")
+    proc = run_torchrun(["--ddp", "--mode", "bench", "--bench-steps", "3", *TINY, *SLOW], root)
+    assert proc.returncode == 0, f"ddp bench failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory):
     """A real Polyaxon server (haupt sandbox) on 127.0.0.1, started and stopped by the tests."""

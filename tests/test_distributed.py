@@ -13,33 +13,12 @@ import distributed
 import ranks
 import summarize
 import train
-from conftest import ROOT, TINY, load_offline_run, run_train, run_torchrun, single_run
-
-SLOW = ["--slow-rank", "1", "--slow-input-ms", "200"]
+from conftest import ROOT, load_offline_run, run_train
 
 
 def read_json(path):
     with open(path) as f:
         return json.load(f)
-
-
-@pytest.fixture(scope="module")
-def ddp_profile(tmp_path_factory):
-    """Two ranks profiled, rank 1 a straggler on purpose (200 ms inside input/next_batch)."""
-    root = tmp_path_factory.mktemp("ddp-profile")
-    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
-    assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
-
-
-@pytest.fixture(scope="module")
-def ddp_bench(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp-bench")
-    proc = run_torchrun(["--ddp", "--mode", "bench", "--bench-steps", "3", *TINY, *SLOW], root)
-    assert proc.returncode == 0, f"ddp bench failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
 
 
 def rank_traces(outputs, rank):

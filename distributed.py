@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from runinfo import RunRecord, UserError, write_atomic, write_json_atomic, start_tracking
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+BENCH_OUTPUTS = ("world_size", "rank_samples_per_sec", "longest_window_rank", "rank_rate_spread")
 
 
 # --------------------------------------------------------------------------- settings
@@ -123,9 +124,9 @@ class World:
             raise UserError("--ddp-backend nccl needs CUDA devices; on the CPU use gloo (--ddp-backend auto)")
         if cuda:
             count = torch.cuda.device_count()
-            if local_rank >= count and backend == "nccl":
+            if local_world_size > count and backend == "nccl":  # every rank of the machine stops here
                 raise UserError(
-                    f"local rank {local_rank} has no GPU of its own ({count} visible): NCCL refuses two ranks "
+                    f"{local_world_size} ranks on this machine, {count} GPU(s) visible: NCCL refuses two ranks "
                     f"on one GPU. Start at most {count} processes per machine (--nproc-per-node), or use "
                     "--ddp-backend gloo for a smoke test that shares GPUs")
             shares = local_world_size > count
@@ -295,6 +296,16 @@ class World:
                 for rel, name in theirs:
                     record.log_file(os.path.join(record.out_dir, rel), f"rank{rank}-{name}")
             record.succeeded(outputs)
+
+
+def describe_bench(results):
+    """The bench line's DDP part: how the global rate was made; empty in a world of one."""
+    if "ranks" not in results:
+        return ""
+    own = ", ".join(f"{r['samples_per_sec']:.1f}" for r in results["ranks"])
+    return (f"; {results['world_size']} ranks: global rate over the longest window "
+            f"({results['global_window_seconds']:.3f}s, rank {results['longest_window_rank']}); "
+            f"the ranks' own rates {own} samples/s")
 
 
 class _NoTracking:

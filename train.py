@@ -329,7 +329,7 @@ def run_profile(torch, step, device, out_dir, args, world):
 
 def run_bench(torch, step, device, batches, args, world):
     """--bench-steps batches between two synchronizations, nothing syncing in between; in DDP the ranks
-    start together and the slowest rank's window sets the global rate."""
+    start together and the longest rank window sets the global rate."""
     synchronize(torch, device)
     world.barrier()
     restarts_before = batches.epoch_restarts
@@ -363,17 +363,11 @@ def log_bench(record, results, args):
     limit = (f"; GPU limit {results['gpu_limit_samples_per_sec']:.1f} samples/s "
              f"({results['gpu_ms_per_step']:.3f} ms/step), {results['share_of_gpu_limit']:.1%} of it"
              if args.cuda_graph else "")
-    own = ", ".join(f"{r['samples_per_sec']:.1f}" for r in results.get("ranks", []))
-    ranks = (f"; {results['world_size']} ranks, the longest window (rank {results['longest_window_rank']}) sets "
-             f"the rate; the ranks' own rates {own}" if own else "")
-    if record["distributed"]["rank"] != 0:
-        return {k: results[k] for k in ("samples_per_sec", "rank_samples_per_sec")}  # rank 0 prints and logs
-    print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of {args.batch_size}"
-          f"{' per rank' if own else ''} in {results.get('global_window_seconds', results['window_seconds']):.3f}s, "
-          f"device {record['environment']['gpu']}, workers {args.workers}){limit}{ranks}")
-    return {k: results[k] for k in ("samples_per_sec", "window_seconds", "window_steps",
-                                    "gpu_ms_per_step", "gpu_limit_samples_per_sec", "share_of_gpu_limit",
-                                    "world_size", "longest_window_rank", "rank_rate_spread")
+    print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
+          f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
+          f"workers {args.workers}){limit}{distributed.describe_bench(results)}")
+    return {k: results[k] for k in ("samples_per_sec", "window_seconds", "window_steps", "gpu_ms_per_step",
+                                    "gpu_limit_samples_per_sec", "share_of_gpu_limit", *distributed.BENCH_OUTPUTS)
             if k in results}
 
 

@@ -113,7 +113,7 @@ def test_the_global_rate_is_set_by_the_longest_window(ddp_bench):
     run = load_offline_run(ddp_bench["root"], ddp_bench["uuid"])
     assert run["outputs"]["samples_per_sec"] == pytest.approx(r["samples_per_sec"])
     assert run["outputs"]["world_size"] == 2
-    assert "2 ranks, the longest window" in ddp_bench["proc"].stdout
+    assert "2 ranks: global rate over the longest window" in ddp_bench["proc"].stdout
 
 
 DDP_BAD = [

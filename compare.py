@@ -259,8 +259,8 @@ def markdown(result):
     distributed = [g for g in result["groups"] if g.get("rank_spread")]
     if distributed:
         out.write("\nDistributed runs (samples/s is the global rate, set by the longest rank window):\n\n")
-        out.write("| group | world size | median global samples/s | per-rank spread (median) | per-rank spread (max) |\n"
-                  "|---|---|---|---|---|\n")
+        out.write("| group | world size | median global samples/s | per-rank spread (median) "
+                  "| per-rank spread (max) |\n|---|---|---|---|---|\n")
         for g in distributed:
             sp = g["rank_spread"]
             out.write(f"| {g['group']} | {sp['world_size']} | {fmt_rate(g['median'])} | {sp['median']:.1%} | "

@@ -275,7 +275,12 @@ class World:
         every = self.all_gather(mine)
         if not self.is_leader:
             return {}
-        across = ranks.across(every)
+        try:
+            across = ranks.across(every)
+        except ranks.RanksError as e:  # a world of one, say: the traces stand, the comparison is absent
+            results["across_ranks"] = {"error": str(e)}
+            print(f"ranks: no evidence across ranks ({e})", file=sys.stderr)
+            return {}
         base = os.path.join(record.out_dir, "traces", "ranks")
         record.log_file(write_json_atomic(base + ".evidence.json", across), "evidence-ranks")
         record.log_file(write_atomic(base + ".evidence.txt", ranks.format_text(across)), "evidence-ranks-table")

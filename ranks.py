@@ -20,8 +20,10 @@ Per rank and step (microseconds):
 - scopes less wait: each scope's CPU time less the exposed communication inside it. DDP's allreduce
   runs inside loss.backward(), i.e. inside train/forward_backward, and on the CPU its wait blocks
   there; on a GPU the wait is a stream wait and the CPU scopes do not hold it.
-The slowest rank has the largest median work per step (the others wait for it). Its stage is
-the scope whose CPU time (less wait) exceeds the median of the other ranks by the most.
+Per rank, figures are means per step over the aligned steps (a GPU-bound rank's CPU can run ahead
+of its GPU, which moves time between neighbouring steps but not out of the window). The slowest rank
+has the most work per step (the others wait for it). Its stage is the scope whose CPU time (less
+wait) exceeds the median of the other ranks by the most.
 """
 
 import argparse
@@ -208,6 +210,12 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _mean(values):
+    """Mean per step, or None where a step lacks the figure (a CPU trace has no GPU idle)."""
+    values = list(values)
+    return None if not values or None in values else sum(values) / len(values)
+
+
 def across(per_rank):
     """Align the ranks' steps by number, the spread per step, the slowest rank and its slow stage."""
     by_rank = {}
@@ -242,9 +250,9 @@ def across(per_rank):
     for r in ranks:
         rows = [table[r][n] for n in common]
         summary[str(r)] = {
-            **{k: _median(x[k] for x in rows) for k in ("wall_us", "work_us", "comm_us", "exposed_comm_us",
-                                                        "gpu_idle_us", "input_gap_us", "next_batch_cpu_us")},
-            "scopes_us": {n: _median(x[scope_key][n] for x in rows) for n in SCOPES},
+            **{k: _mean(x[k] for x in rows) for k in ("wall_us", "work_us", "comm_us", "exposed_comm_us",
+                                                      "gpu_idle_us", "input_gap_us", "next_batch_cpu_us")},
+            "scopes_us": {n: _mean(x[scope_key][n] for x in rows) for n in SCOPES},
             "comm_source": by_rank[r]["comm_source"]}
     slowest = max(ranks, key=lambda r: summary[str(r)][key])
     others = [r for r in ranks if r != slowest]
@@ -274,8 +282,8 @@ def verdict(result):
     key = result["slowest_by"]
     what = "work (wall less exposed communication)" if key == "work_us" else "wall time (no communication in the trace)"
     others = statistics.median(result["per_rank"][str(r)][key] for r in result["ranks"] if r != slow)
-    text = (f"slowest rank {slow}: median {what} {s[key] / 1e3:.1f} ms per step against {others / 1e3:.1f} ms "
-            f"on the other ranks")
+    text = (f"slowest rank {slow}: {what} {s[key] / 1e3:.1f} ms per step against {others / 1e3:.1f} ms "
+            f"(median) on the other ranks")
     if result["slow_stage"]:
         text += (f"; its {result['slow_stage']} takes {result['stage_excess_us'][result['slow_stage']] / 1e3:.1f} ms "
                  "more per step than the other ranks' median")
@@ -329,7 +337,7 @@ def format_text(result):
     rows = [("step wall ms", "wall_us"), ("work ms (wall - exposed comm)", "work_us"), ("comm ms", "comm_us"),
             ("exposed comm ms", "exposed_comm_us"), ("gpu idle ms", "gpu_idle_us"), ("input gap ms", "input_gap_us"),
             ("cpu input/next_batch ms", "next_batch_cpu_us")]
-    table = [["median per step"] + cols]
+    table = [["mean per step"] + cols]
     for label, k in rows:
         table.append([label] + [_ms(result["per_rank"][str(r)][k]) for r in ranks])
     for n in SCOPES:

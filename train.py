@@ -222,7 +222,7 @@ def build_batches(torch, args, device, world):
         facts["input_transform"] = (f"on the device, batched (speedups.gpu_input.augment): RandomCrop(32, padding=4, "
                                     f"fill=0), RandomHorizontalFlip(p=0.5), /255, Normalize({CIFAR10_MEAN}, {CIFAR10_STD})")
         facts["loader"] = {"kind": "device", "note": "batches assembled and augmented on the device, no DataLoader",
-                           "batches_per_epoch": len(dataset) // args.batch_size}
+                           "batches_per_epoch": len(batches.data) // args.batch_size}  # DDP: this rank's shard
         return batches, facts
     loader = build_loader(torch, dataset, args, device, world)
     facts["loader"] = {"kind": "DataLoader", "num_workers": args.workers, "pin_memory": loader.pin_memory,
@@ -259,7 +259,7 @@ def make_step(batches, model, criterion, optimizer, to_device, autocast):
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = criterion(model(images), targets)
-            loss.backward()
+            loss.backward()  # with --ddp, DDP's gradient allreduce runs in here, inside this scope
         with record_function(OPTIMIZER):
             optimizer.step()
         return loss

@@ -45,9 +45,9 @@ def add_arguments(p, non_negative_int, non_negative_float):
                    help="milliseconds the --slow-rank sleeps per step (default: 0)")
 
 
-def check(args, error, environ=None):
+def check(args, error):
     """Refusals before torch is imported; error() prints one line and exits 2."""
-    environ = os.environ if environ is None else environ
+    environ = os.environ
     if not args.ddp:
         if args.slow_rank is not None or args.slow_input_ms or args.ddp_backend != "auto":
             error("--slow-rank, --slow-input-ms and --ddp-backend need --ddp (they shape a distributed run)")

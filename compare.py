@@ -96,6 +96,8 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
         if outputs.get(new) is None and outputs.get(old) is not None:
             outputs[new] = outputs[old]
     settings = run_json.get("settings") or inputs or None
+    if settings is not None:
+        settings = {**settings, **world_settings(run_json, outputs)}
     if "env_host" in outputs:
         machine = {k: outputs.get(f"env_{k}") for k in MACHINE}
         facts = "outputs"
@@ -358,6 +360,7 @@ def compare_machine(machine, bench, varying, baseline, records, several):
         row["evidence"] = matching_evidence(records, runs[0]["settings"], machine)
         row["gpu_bound"] = gpu_bound(runs)
         row["ceiling"] = hardware_ceiling(runs)
+        row["rank_spread"] = rank_spread(runs)
         rows.append(row)
     return {"machine": dict(zip(MACHINE, machine)), "machine_label": machine_label(machine), "groups": rows,
             "bench_runs": [{"uuid": r["uuid"], "created_at": r["created_at"], "samples_per_sec": r["samples_per_sec"],
@@ -376,6 +379,23 @@ def gpu_bound(runs):
     return {"median_share": statistics.median(shares), "min_share": min(shares),
             "median_gpu_ms_per_step": statistics.median(ms),
             "median_gpu_time_samples_per_sec": statistics.median(rates)}
+
+
+def world_settings(run_json, outputs):
+    """world_size and nproc_per_node as settings, so that grouping never pools runs of different world sizes
+    (a run without them, from before DDP, was one process)."""
+    world = run_json.get("distributed") or {}
+    return {"world_size": world.get("world_size", (outputs or {}).get("world_size", 1)),
+            "nproc_per_node": world.get("local_world_size", 1)}
+
+
+def rank_spread(runs):
+    """DDP runs: the spread of the ranks' own rates ((max - min) / median within each run), over the group's runs."""
+    spreads = [r["outputs"].get("rank_rate_spread") for r in runs]
+    if any(v is None for v in spreads):
+        return None
+    return {"world_size": runs[0]["settings"]["world_size"], "median": statistics.median(spreads),
+            "max": max(spreads)}
 
 
 def hardware_ceiling(runs):
@@ -478,6 +498,16 @@ def markdown_table(table):
             out.write(f"| {g['group']} | {b['median_gpu_ms_per_step']:.3f} | "
                       f"{fmt_rate(b['median_gpu_time_samples_per_sec'])} | {b['median_share']:.3f} | "
                       f"{b['min_share']:.3f} |\n")
+
+    distributed = [g for g in table["groups"] if g.get("rank_spread")]
+    if distributed:
+        out.write("\nDistributed runs (samples/s is the global rate, set by the longest rank window):\n\n")
+        out.write("| group | world size | median global samples/s | per-rank spread (median) "
+                  "| per-rank spread (max) |\n|---|---|---|---|---|\n")
+        for g in distributed:
+            sp = g["rank_spread"]
+            out.write(f"| {g['group']} | {sp['world_size']} | {fmt_rate(g['median'])} | {sp['median']:.1%} | "
+                      f"{sp['max']:.1%} |\n")
 
     evidence = [g for g in table["groups"] if g["evidence"]]
     if evidence:

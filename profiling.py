@@ -16,8 +16,10 @@ class TraceWriter:
     how long each dump took is recorded (DataLoader workers keep loading meanwhile).
     """
 
-    def __init__(self, out_dir, trace_format, cuda, skip=lambda: False):
-        self.out_dir, self.trace_format, self.cuda, self.skip = out_dir, trace_format, cuda, skip
+    def __init__(self, out_dir, trace_format, cuda, subdir="", skip=lambda: False):
+        # subdir: "rank{R}" in a DDP run, so that every rank's files lie apart under one outputs folder.
+        # skip: true once a stop was asked for (the profiler's exit would dump a partial cycle).
+        self.out_dir, self.trace_format, self.cuda, self.subdir, self.skip = out_dir, trace_format, cuda, subdir, skip
         self.cycles = []
 
     def __call__(self, prof):
@@ -31,7 +33,8 @@ class TraceWriter:
         n = len(self.cycles) + 1
         first, last = prof.step_num - SCHEDULE["active"], prof.step_num - 1
         t0 = time.perf_counter()
-        trace = os.path.join(self.out_dir, "traces", f"trace-cycle{n}-steps{first}-{last}.pt.trace.{self.trace_format}")
+        trace = os.path.join(self.out_dir, "traces", self.subdir,
+                             f"trace-cycle{n}-steps{first}-{last}.pt.trace.{self.trace_format}")
         os.makedirs(os.path.dirname(trace), exist_ok=True)
         tmp = os.path.join(os.path.dirname(trace), f".partial-{os.getpid()}-{os.path.basename(trace)}")
         try:
@@ -41,11 +44,12 @@ class TraceWriter:
             if os.path.exists(tmp):
                 os.remove(tmp)
         averages = prof.key_averages()
-        tables = {"self_cpu": write_atomic(os.path.join(self.out_dir, "operators", f"cycle{n}-by-self-cpu.txt"),
+        operators = os.path.join(self.out_dir, "operators", self.subdir)
+        tables = {"self_cpu": write_atomic(os.path.join(operators, f"cycle{n}-by-self-cpu.txt"),
                                            averages.table(sort_by="self_cpu_time_total", row_limit=-1))}
         if self.cuda:
             tables["self_device"] = write_atomic(
-                os.path.join(self.out_dir, "operators", f"cycle{n}-by-self-device.txt"),
+                os.path.join(operators, f"cycle{n}-by-self-device.txt"),
                 averages.table(sort_by="self_device_time_total", row_limit=-1))
         seconds = time.perf_counter() - t0
         print(f"profile: cycle {n} (ProfilerStep#{first}-{last}) -> {trace} in {seconds:.1f}s", file=sys.stderr)

@@ -18,6 +18,9 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
         --channels-last --amp bf16 --fused-sgd
     # CPU only, tiny
     python train.py --mode profile --device cpu --data synthetic --batch-size 16 --warmup-steps 2
+    # DDP, one process per GPU (distributed.py); on the CPU through gloo with --device cpu
+    torchrun --nproc-per-node 2 train.py --ddp --mode profile --workers 4
+    python ranks.py OUTPUTS/traces          # the evidence across ranks: the slow rank and its stage
 
 mode=profile: warm-up steps, then torch.profiler with schedule(wait=1, warmup=1,
 active=3, repeat=2) over 10 steps: two Chrome traces (open them in
@@ -38,6 +41,7 @@ import runinfo
 from runinfo import UserError, write_atomic
 import flops
 import profiling
+import distributed
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
 from speedups import options
 from stopping import Stopper, StopRequested
@@ -107,6 +111,7 @@ def build_parser():
     p.add_argument("--repeat", type=non_negative_int, default=None,
                    help="index of this job in an alternating series; only recorded and tagged (default: none)")
     options.add_arguments(p, positive_int)
+    distributed.add_arguments(p, non_negative_int, non_negative_float)
     return p
 
 
@@ -119,6 +124,7 @@ def parse_settings(argv=None):
         parser.error(f"argument --batch-size: {args.batch_size} is more than the synthetic set's "
                      f"{SYNTHETIC_SIZE} images (one step would need more than the whole set)")
     options.check(args, parser.error)
+    distributed.check(args, parser.error)
     return args
 
 
@@ -241,16 +247,17 @@ def build_dataset(args, transform):
     return dataset, {"name": "cifar10", "images": len(dataset), "root": os.path.abspath(args.data_dir)}
 
 
-def build_loader(torch, dataset, args, device):
+def build_loader(torch, dataset, args, device, world):
     generator = torch.Generator()
-    generator.manual_seed(args.seed)
+    generator.manual_seed(args.seed + world.rank)  # DataLoader workers' augmentation seeds differ per rank
+    sampler = world.sampler(torch, dataset, args.seed)  # DDP: each rank its slice of the epoch's shuffle
     knobs = {}
     if args.workers:
         knobs["persistent_workers"] = args.persistent_workers
         if args.prefetch_factor is not None:
             knobs["prefetch_factor"] = args.prefetch_factor
     return torch.utils.data.DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+        dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler, num_workers=args.workers,
         pin_memory=device.type == "cuda", drop_last=True, generator=generator, **knobs)
 
 
@@ -273,26 +280,31 @@ class Batches:
             return next(self._it)
         except StopIteration:
             self.epoch_restarts += 1
+            if hasattr(self.loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle per epoch
+                self.loader.sampler.set_epoch(self.epoch_restarts)
             self._it = iter(self.loader)
             return next(self._it)
 
 
-def build_batches(torch, args, device):
+def build_batches(torch, args, device, world):
     """The batches the step draws, and what run.json says about them: a DataLoader, or (--gpu-input) the device."""
     transform = build_transform()
-    dataset, data = build_dataset(args, transform)
+    with world.local_leader_first():  # one download per machine
+        dataset, data = build_dataset(args, transform)
     facts = {"data": data, "input_transform": repr(transform)}
     if args.gpu_input:
         from speedups.gpu_input import DeviceBatches
-        batches = DeviceBatches(torch, dataset, args.batch_size, device, args.seed, CIFAR10_MEAN, CIFAR10_STD)
+        batches = DeviceBatches(torch, world.shard(dataset), args.batch_size, device, args.seed + world.rank,
+                                CIFAR10_MEAN, CIFAR10_STD)
         facts["input_transform"] = (f"on the device, batched (speedups.gpu_input.augment): RandomCrop(32, padding=4, "
                                     f"fill=0), RandomHorizontalFlip(p=0.5), /255, Normalize({CIFAR10_MEAN}, {CIFAR10_STD})")
         facts["loader"] = {"kind": "device", "note": "batches assembled and augmented on the device, no DataLoader",
-                           "batches_per_epoch": len(dataset) // args.batch_size}
+                           "batches_per_epoch": len(batches.data) // args.batch_size}  # DDP: this rank's shard
         return batches, facts
-    loader = build_loader(torch, dataset, args, device)
+    loader = build_loader(torch, dataset, args, device, world)
     facts["loader"] = {"kind": "DataLoader", "num_workers": args.workers, "pin_memory": loader.pin_memory,
                        "shuffle": True, "drop_last": True, "batches_per_epoch": len(loader),
+                       "sampler": type(loader.sampler).__name__,
                        "persistent_workers": loader.persistent_workers,
                        "prefetch_factor": loader.prefetch_factor if args.workers else None,
                        "start_method": torch.multiprocessing.get_start_method(allow_none=True) if args.workers else None}
@@ -324,7 +336,7 @@ def make_step(batches, model, criterion, optimizer, to_device, autocast):
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = criterion(model(images), targets)
-            loss.backward()
+            loss.backward()  # with --ddp, DDP's gradient allreduce runs in here, inside this scope
         with record_function(OPTIMIZER):
             optimizer.step()
         return loss
@@ -381,7 +393,7 @@ def warm_up(torch, step, device, args, stop):
 
 # --------------------------------------------------------------------------- the two modes
 
-def run_profile(torch, step, device, out_dir, args, stop):
+def run_profile(torch, step, device, out_dir, args, stop, world):
     """Ten steps under the tutorial's schedule; one trace and two operator tables per cycle, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -389,7 +401,8 @@ def run_profile(torch, step, device, out_dir, args, stop):
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:
         print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks", file=sys.stderr)
-    save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, skip=lambda: stop.requested)
+    save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir,  # traces/rank{R}/ in DDP
+                                       skip=lambda: stop.requested)
     with stop.steps("profile"), profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
                                         record_shapes=True, profile_memory=True, with_stack=True) as profiler:
         for _ in range(PROFILE_STEPS):
@@ -410,9 +423,11 @@ def run_profile(torch, step, device, out_dir, args, stop):
     }
 
 
-def run_bench(torch, step, device, batches, args, stop):
-    """--bench-steps batches between two synchronizations, nothing syncing in between."""
+def run_bench(torch, step, device, batches, args, stop, world):
+    """--bench-steps batches between two synchronizations, nothing syncing in between; in DDP the ranks
+    start together and the longest rank window sets the global rate."""
     synchronize(torch, device)
+    world.barrier()
     restarts_before = batches.epoch_restarts
     with stop.steps("bench"):
         print(f"bench: timing {args.bench_steps} steps", file=sys.stderr)
@@ -439,7 +454,7 @@ def run_bench(torch, step, device, batches, args, stop):
         gpu["gpu_bound_share"] = results["samples_per_sec"] / gpu["gpu_time_samples_per_sec"]
         results["gpu_time"] = gpu
         results.update({k: gpu[k] for k in ("gpu_ms_per_step", "gpu_time_samples_per_sec", "gpu_bound_share")})
-    return results
+    return world.bench_results(results)
 
 
 def add_ceiling(torch, device, results, flops_per_sample, gpu, amp):
@@ -467,13 +482,13 @@ def log_bench(record, results, args):
              if args.cuda_graph else "")
     print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
           f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
-          f"workers {args.workers}){bound}")
+          f"workers {args.workers}){bound}{distributed.describe_bench(results)}")
     c = results["ceiling"]
     mfu = (f"MFU {c['mfu']:.1%} of the {c['peak_precision']} dense peak, {c['peak_tflops']:g} TFLOP/s"
            if c["mfu"] is not None else f"MFU n/a: {c['note']}")
     print(f"bench: {results['flops_per_sample'] / 1e9:.3f} GFLOP per training sample (model FLOPs) -> "
           f"{c['model_tflops_per_sec']:.2f} TFLOP/s; {mfu}")
-    return {k: results[k] for k in BENCH_OUTPUTS if results.get(k) is not None}
+    return {k: results[k] for k in (*BENCH_OUTPUTS, *distributed.BENCH_OUTPUTS) if results.get(k) is not None}
 
 
 def resolve_device(torch, requested):
@@ -488,13 +503,15 @@ def resolve_device(torch, requested):
     return torch.device("cpu")
 
 
-def build_step(torch, batches, device, args):
+def build_step(torch, batches, device, args, world):
     """Model, loss and optimizer, and the step the mode runs: the tutorial's, or its captured replay."""
     memory_format, autocast = options.precision(torch, device, args)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
     model = build_model(torch).to(device, memory_format=memory_format)
     if args.compile != "off":
         model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
+    # DDP wraps the compiled module (torch's advice: compile the inner module, not the wrapper).
+    model = world.wrap(torch, model)
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
@@ -502,8 +519,8 @@ def build_step(torch, batches, device, args):
     if args.prefetch_stream:
         from speedups.prefetch import PrefetchToDevice
         prefetcher = PrefetchToDevice(torch, device, next(batches))
-    step = make_step(batches, model, criterion, optimizer, options.to_device_fn(torch, device, args, prefetcher),
-                     autocast)
+    step = make_step(world.slowed(batches, args), model, criterion, optimizer,
+                     options.to_device_fn(torch, device, args, prefetcher), autocast)
     if not args.cuda_graph:
         return step
     from speedups.cuda_graph import CapturedStep
@@ -523,18 +540,20 @@ def main(argv=None):
         import torch
         device = resolve_device(torch, args.device)
         options.check_device(torch, args, device)
+        world = distributed.World.start(torch, args, device)  # --ddp: torchrun's process group; else a world of one
     except UserError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2
     except StopRequested as e:  # before any run exists: nothing to record
         print(f"train.py: {e}; no run was started", file=sys.stderr)
         return e.exit_code
+    device = world.device
 
     tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
-    tracking = record = None
+    record = None
     try:
-        tracking = runinfo.start_tracking(name=f"{args.mode}-workers{args.workers}", tags=tags)
-        record = runinfo.RunRecord(tracking, settings, args.mode, args.output_dir)
+        # One Polyaxon run per job, rank 0's; the other ranks write into its outputs folder.
+        record = world.start_record(settings, args.mode, args.output_dir, f"{args.mode}-workers{args.workers}", tags)
         print(f"outputs: {record.out_dir}", file=sys.stderr)
         record["cpu_budget"] = budget
         record["workers_note"] = workers_note
@@ -542,16 +561,18 @@ def main(argv=None):
         record["environment"] = runinfo.environment(torch, device)
         record["device"] = str(device)
         record.log_outputs(**runinfo.comparable_facts(record["environment"], budget))
-        record.log_file(write_atomic(os.path.join(record.out_dir, "packages.txt"), runinfo.package_inventory()),
-                        "packages")
-        tracking.log_inputs(**{k: v for k, v in settings.items() if v is not None})
+        if world.is_leader:  # one inventory per job: every replica runs the same image
+            record.log_file(write_atomic(os.path.join(record.out_dir, "packages.txt"), runinfo.package_inventory()),
+                            "packages")
+        record.tracking.log_inputs(**{k: v for k, v in settings.items() if v is not None})
 
         random.seed(args.seed)
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)
-        batches, facts = build_batches(torch, args, device)
+        batches, facts = build_batches(torch, args, device, world)
         record.update(facts)
-        step = build_step(torch, batches, device, args)
+        step = build_step(torch, batches, device, args, world)
+        world.seed_per_rank(torch, np, random, args.seed)  # weights alike on every rank, augmentation not
         if args.mode == "bench":  # counted once, on shapes alone, before anything is timed
             record["flops"] = flops.training_flops(torch, build_model)
             record.log_outputs(flops_per_sample=record["flops"]["flops_per_sample"])
@@ -561,18 +582,17 @@ def main(argv=None):
             record["cuda_graph"] = step.info
 
         if args.mode == "profile":
-            record["results"] = results = run_profile(torch, step, device, record.out_dir, args, stop)
+            record["results"] = results = run_profile(torch, step, device, record.out_dir, args, stop, world)
             outputs = profiling.log_cycles(record, results)
+            outputs.update(world.profile_evidence(record, results))  # DDP: the slow rank and its stage
         else:
-            record["results"] = results = run_bench(torch, step, device, batches, args, stop)
+            record["results"] = results = run_bench(torch, step, device, batches, args, stop, world)
             add_ceiling(torch, device, results, record["flops"]["flops_per_sample"], record["environment"]["gpu"],
                         args.amp)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
     except StopRequested as e:
-        if record is None:  # between the tracking's start and the record: the Polyaxon run alone says it
-            if tracking is not None:
-                tracking.log_stopped(reason=e.signal_name, message=str(e))
+        if record is None:
             print(f"train.py: {e}; stopped before run.json existed", file=sys.stderr)
             return e.exit_code
         record.stopped(e)
@@ -589,7 +609,8 @@ def main(argv=None):
             print(f"train.py: error: {e}", file=sys.stderr)
             return 1
         raise
-    record.succeeded(outputs)
+    world.succeeded(record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
+    world.close()
     print(f"run.json: {record.path}", file=sys.stderr)
     return 0
 

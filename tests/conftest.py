@@ -29,6 +29,15 @@ def run_train(args, offline_root, timeout=600, **env):
                           timeout=timeout)
 
 
+def run_torchrun(args, offline_root, nproc=2, timeout=600, **env):
+    """train.py under torchrun (python -m torch.distributed.run), one machine, a free rendezvous port."""
+    from polyaxon_support import free_port
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--master-port", str(free_port()), os.path.join(ROOT, "train.py"), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=polyaxon_env(offline_root, OMP_NUM_THREADS="1", **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def offline_runs(offline_root):
     runs = os.path.join(str(offline_root), "runs")
     return sorted(os.listdir(runs)) if os.path.isdir(runs) else []
@@ -60,6 +69,28 @@ def bench_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("offline-bench")
     proc = run_train(["--mode", "bench", "--bench-steps", "3", *TINY], root)
     assert proc.returncode == 0, f"bench run failed:\n{proc.stdout}\n{proc.stderr}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
+SLOW = ["--slow-rank", "1", "--slow-input-ms", "200"]
+
+
+@pytest.fixture(scope="session")
+def ddp_profile(tmp_path_factory):
+    """Two ranks profiled, rank 1 a straggler on purpose (200 ms inside input/next_batch)."""
+    root = tmp_path_factory.mktemp("ddp-profile")
+    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
+    assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
+@pytest.fixture(scope="session")
+def ddp_bench(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp-bench")
+    proc = run_torchrun(["--ddp", "--mode", "bench", "--bench-steps", "3", *TINY, *SLOW], root)
+    assert proc.returncode == 0, f"ddp bench failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
     uuid, outputs = single_run(root)
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
 

@@ -18,6 +18,7 @@ from conftest import ROOT
 
 BIN = os.path.dirname(sys.executable)
 POLYAXONFILE = os.path.join(ROOT, "polyaxonfile.yaml")
+POLYAXONFILE_DDP = os.path.join(ROOT, "polyaxonfile-ddp.yaml")
 
 
 def quiet():
@@ -48,11 +49,22 @@ def train_argv(script):
 
 def kubernetes_pod(params):
     """Polyaxon's Kubernetes converter, offline: the pod spec a cluster would receive."""
+    from polyaxon._k8s.converter.converters.job import JobConverter
+    return convert(params, POLYAXONFILE, JobConverter)
+
+
+def kubernetes_pytorchjob(params):
+    """The PyTorchJob custom resource Polyaxon's converter makes of polyaxonfile-ddp.yaml."""
+    from polyaxon._k8s.converter.converters.kubeflow.pytroch_job import PytorchJobConverter  # sic, Polyaxon's name
+    return convert(params, POLYAXONFILE_DDP, PytorchJobConverter)
+
+
+def convert(params, path, converter):
+    """Resolve a polyaxonfile as the agent would and convert it with one of Polyaxon's converters."""
     quiet()
     from kubernetes.client import ApiClient
     from polyaxon import settings
     from polyaxon._compiler.resolver import resolve
-    from polyaxon._k8s.converter.converters.job import JobConverter
     from polyaxon.polyaxonfile import OperationSpecification, check_polyaxonfile
     from polyaxon.schemas import V1PolyaxonInitContainer, V1PolyaxonSidecarContainer
 
@@ -61,15 +73,15 @@ def kubernetes_pod(params):
     init = V1PolyaxonInitContainer(image="polyaxon/polyaxon-init", image_tag="2.18.0")
     sidecar = V1PolyaxonSidecarContainer(image="polyaxon/polyaxon-sidecar", image_tag="2.18.0")
     settings.AGENT_CONFIG.init, settings.AGENT_CONFIG.sidecar = init, sidecar
-    op = check_polyaxonfile(polyaxonfile=POLYAXONFILE, params=params, is_cli=False, verbose=False)
+    op = check_polyaxonfile(polyaxonfile=path, params=params, is_cli=False, verbose=False)
     run_uuid = uuid.uuid4().hex
     resolver = resolve(owner_name="acme", project_name="profiling", project_uuid=uuid.uuid4().hex,
                        run_name="job", run_uuid=run_uuid, run_path=run_uuid,
                        compiled_operation=OperationSpecification.compile_operation(op), params=op.params)
     resolver = resolver[0] if isinstance(resolver, tuple) else resolver
     store = settings.AGENT_CONFIG.artifacts_store
-    resource = JobConverter(owner_name="acme", project_name="profiling", run_name="job", run_uuid=run_uuid,
-                            namespace="polyaxon", polyaxon_init=init, polyaxon_sidecar=sidecar).get_resource(
+    resource = converter(owner_name="acme", project_name="profiling", run_name="job", run_uuid=run_uuid,
+                         namespace="polyaxon", polyaxon_init=init, polyaxon_sidecar=sidecar).get_resource(
         compiled_operation=resolver.compiled_operation, artifacts_store=store,
         connection_by_names={store.name: store}, secrets=None, config_maps=None, default_auth=True)
     return ApiClient().sanitize_for_serialization(resource), run_uuid

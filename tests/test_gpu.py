@@ -11,7 +11,7 @@ import summarize
 import train
 import scopes
 from speedups.gpu_input import DeviceBatches
-from conftest import load_offline_run, run_train, single_run
+from conftest import load_offline_run, run_torchrun, run_train, single_run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 SMALL = ["--device", "cuda", "--data", "synthetic", "--batch-size", "32", "--warmup-steps", "3"]
@@ -143,3 +143,71 @@ def test_cuda_graph_profile_keeps_the_four_scopes(tmp_path):
     ev = summarize.summarize_file(trace)
     assert ev["window"]["kernels"]["count"] > 50 and all(s["h2d"]["count"] == 0 for s in ev["steps"])
     assert all(s["gpu_work_us"] > 0 for s in ev["steps"]), "graph kernels must be attributed to their step"
+
+
+# --------------------------------------------------------------------------- DDP (torchrun) on GPUs
+DDP_SMALL = ["--ddp", "--device", "cuda", "--data", "synthetic", "--batch-size", "32", "--warmup-steps", "3"]
+two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+
+
+def test_ddp_nccl_refuses_two_ranks_on_one_gpu(tmp_path):
+    """One GPU, two ranks, NCCL: each rank exits 2 with one line saying what to do instead."""
+    if torch.cuda.device_count() != 1:
+        pytest.skip("needs a machine with exactly one GPU")
+    proc = run_torchrun(["--mode", "bench", "--bench-steps", "5", *DDP_SMALL], tmp_path, timeout=300)
+    assert proc.returncode != 0
+    assert "NCCL refuses two ranks on one GPU" in proc.stderr and "--ddp-backend gloo" in proc.stderr
+
+
+def test_ddp_two_ranks_share_one_gpu_through_gloo(tmp_path):
+    """A smoke test, not a measurement: two ranks on cuda:0 through gloo (allreduce and broadcast of CUDA
+    tensors), traces with GPU tracks per rank, the slow rank found through gloo's CPU events."""
+    proc = run_torchrun(["--mode", "profile", "--ddp-backend", "gloo", "--slow-rank", "1", "--slow-input-ms", "100",
+                         *DDP_SMALL], tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    _, outputs = single_run(tmp_path)
+    with open(os.path.join(outputs, "run.json")) as f:
+        record = json.load(f)
+    assert record["distributed"]["backend"] == "gloo" and record["distributed"]["world_size"] == 2
+    assert record["distributed"]["ranks_share_a_gpu"] == (torch.cuda.device_count() < 2)
+    with open(os.path.join(outputs, "traces", "ranks.evidence.json")) as f:
+        across = json.load(f)
+    assert across["comm_source"]["0"].startswith("cpu"), "gloo communicates from the CPU side"
+    assert across["per_rank"]["0"]["gpu_idle_us"] is not None, "GPU tracks expected in every rank's trace"
+    assert (across["slowest_rank"], across["slow_stage"]) == (1, "input/next_batch"), across["verdict"]
+
+
+@two_gpus
+def test_ddp_nccl_profile_names_the_slow_rank_from_nccl_kernels(tmp_path):
+    """Two GPUs, NCCL: each rank on its own device, NCCL kernels in each trace, the fast rank's exposed
+    NCCL time holds the straggler's 200 ms, and ranks.py names rank 1 and its input."""
+    proc = run_torchrun(["--mode", "profile", "--workers", "2", "--slow-rank", "1", "--slow-input-ms", "200",
+                         *DDP_SMALL], tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    _, outputs = single_run(tmp_path)
+    with open(os.path.join(outputs, "traces", "ranks.evidence.json")) as f:
+        across = json.load(f)
+    assert across["comm_source"] == {"0": "nccl kernels", "1": "nccl kernels"}
+    assert (across["slowest_rank"], across["slow_stage"]) == (1, "input/next_batch"), across["verdict"]
+    fast, slow = across["per_rank"]["0"], across["per_rank"]["1"]
+    assert fast["exposed_comm_us"] > 150_000 > slow["exposed_comm_us"], (fast, slow)
+    assert slow["input_gap_us"] > 150_000, "the straggler's GPU idles while its input sleeps"
+    for rank in (0, 1):
+        with open(os.path.join(outputs, "ranks", "rank1.json") if rank else os.path.join(outputs, "run.json")) as f:
+            assert json.load(f)["device"] == f"cuda:{rank}"
+
+
+@two_gpus
+@pytest.mark.parametrize("extra", [[], ["--compile", "default"]], ids=["eager", "compiled"])
+def test_ddp_nccl_bench_global_rate(tmp_path, extra):
+    """Global rate = world x window samples / the longest window, every rank on its own GPU."""
+    n = torch.cuda.device_count()
+    proc = run_torchrun(["--mode", "bench", "--bench-steps", "30", "--workers", "2", *extra, *DDP_SMALL], tmp_path,
+                        nproc=n, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    _, outputs = single_run(tmp_path)
+    with open(os.path.join(outputs, "run.json")) as f:
+        r = json.load(f)["results"]
+    longest = max(x["window_seconds"] for x in r["ranks"])
+    assert r["world_size"] == n and r["samples_per_sec"] == pytest.approx(n * 30 * 32 / longest)
+    assert sorted(x["device"] for x in r["ranks"]) == sorted(f"cuda:{i}" for i in range(n))

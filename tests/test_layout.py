@@ -7,8 +7,9 @@ import pytest
 from conftest import ROOT
 
 # Lowest first: a module may import only modules listed before it.
-LAYERS = ["scopes", "runinfo", "stopping", "summarize", "speedups", "speedups.options", "speedups.gpu_input",
-          "speedups.prefetch", "speedups.cuda_graph", "flops", "profiling", "compare", "train"]
+LAYERS = ["scopes", "runinfo", "stopping", "summarize", "ranks", "speedups", "speedups.options",
+          "speedups.gpu_input", "speedups.prefetch", "speedups.cuda_graph", "flops", "profiling", "distributed",
+          "compare", "train"]
 
 
 def project_imports(path):

@@ -1,0 +1,169 @@
+"""train.py --ddp under torchrun on the CPU (gloo, two ranks): per-rank traces, the slow rank found, the global rate."""
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import distributed
+import ranks
+import summarize
+import train
+from conftest import ROOT, load_offline_run, run_train
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def rank_traces(outputs, rank):
+    return sorted(glob.glob(os.path.join(outputs, "traces", f"rank{rank}", "*.pt.trace.json.gz")))
+
+
+def test_every_rank_writes_its_traces_on_the_same_steps(ddp_profile):
+    """traces/rank0 and traces/rank1 each hold the two cycles, with the same ProfilerStep numbers and
+    the process group's distributedInfo; only one Polyaxon run exists for the job."""
+    out = ddp_profile["outputs"]
+    steps = {}
+    for rank in (0, 1):
+        traces = rank_traces(out, rank)
+        assert [os.path.basename(t) for t in traces] == ["trace-cycle1-steps2-4.pt.trace.json.gz",
+                                                         "trace-cycle2-steps7-9.pt.trace.json.gz"]
+        steps[rank] = [s["step"] for t in traces for s in summarize.summarize_file(t)["steps"]]
+        assert all(ranks.trace_rank(t) == rank for t in traces), "distributedInfo.rank must name the rank"
+        with gzip.open(traces[0], "rt") as f:
+            info = json.load(f)["distributedInfo"]
+        assert (info["backend"], info["world_size"]) == ("gloo", 2)
+    assert steps[0] == steps[1] == [2, 3, 4, 7, 8, 9]
+    assert len(os.listdir(os.path.join(ddp_profile["root"], "runs"))) == 1
+
+
+def test_the_evidence_across_ranks_names_the_slow_rank_and_its_input(ddp_profile):
+    """Rank 1 sleeps 200 ms in next_batch: it is the slowest, its input the stage, by about 200 ms."""
+    across = read_json(os.path.join(ddp_profile["outputs"], "traces", "ranks.evidence.json"))
+    assert across["slowest_rank"] == 1 and across["slow_stage"] == "input/next_batch"
+    assert 180_000 < across["stage_excess_us"]["input/next_batch"] < 400_000, across["stage_excess_us"]
+    assert across["comm_source"] == {"0": "cpu (gloo/c10d operators)", "1": "cpu (gloo/c10d operators)"}
+    # The fast rank waits for the slow one: most of its extra wait is the sleep.
+    assert across["per_rank"]["0"]["exposed_comm_us"] > across["per_rank"]["1"]["exposed_comm_us"] + 100_000
+    run = load_offline_run(ddp_profile["root"], ddp_profile["uuid"])
+    assert run["outputs"]["slowest_rank"] == 1 and run["outputs"]["slow_stage"] == "input/next_batch"
+    cli = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), os.path.join(ddp_profile["outputs"], "traces"),
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    again = json.loads(cli.stdout)
+    assert (again["slowest_rank"], again["slow_stage"]) == (1, "input/next_batch")
+
+
+def test_per_rank_figures_obey_their_invariants(ddp_profile):
+    """Per rank and step: 0 <= exposed comm <= comm <= wall, work = wall - exposed, the scopes fit in the
+    step, the wall agrees with summarize.py's, and each spread is max - min across ranks."""
+    across = read_json(os.path.join(ddp_profile["outputs"], "traces", "ranks.evidence.json"))
+    walls = {r: {s["step"]: s["wall_us"] for t in rank_traces(ddp_profile["outputs"], r)
+                 for s in summarize.summarize_file(t)["steps"]} for r in (0, 1)}
+    for step in across["per_step"]:
+        for r, f in step["ranks"].items():
+            assert 0 <= f["exposed_comm_us"] <= f["comm_us"] + 1e-6 <= f["wall_us"] + 1e-6, f
+            assert f["work_us"] == pytest.approx(f["wall_us"] - f["exposed_comm_us"])
+            assert sum(f["scopes_cpu_us"].values()) <= f["wall_us"] + 1e-3
+            assert all(0 <= f["scopes_less_wait_us"][n] <= f["scopes_cpu_us"][n] + 1e-6 for n in f["scopes_cpu_us"])
+            assert f["wall_us"] == pytest.approx(walls[int(r)][step["step"]])
+        for k in ("wall_us", "work_us"):
+            values = [f[k] for f in step["ranks"].values()]
+            assert step["spread"][k] == pytest.approx(max(values) - min(values))
+
+
+def test_rank_records_and_files_reach_the_one_run(ddp_profile):
+    """Rank 0's run.json holds the world; rank 1 writes ranks/rank1.json; rank 0 logs rank 1's files."""
+    out = ddp_profile["outputs"]
+    record = read_json(os.path.join(out, "run.json"))
+    assert record["status"] == "succeeded" and record["distributed"]["world_size"] == 2
+    assert record["distributed"]["backend"] == "gloo" and record["loader"]["sampler"] == "DistributedSampler"
+    assert record["results"]["across_ranks"]["slowest_rank"] == 1
+    other = read_json(os.path.join(out, "ranks", "rank1.json"))
+    assert other["status"] == "succeeded" and other["distributed"]["rank"] == 1
+    assert other["polyaxon"]["run_uuid"] == ddp_profile["uuid"]
+    lineage = read_json(os.path.join(ddp_profile["root"], "runs", ddp_profile["uuid"], "lineages.plx.json"))
+    names = {a["name"] for a in lineage}
+    assert {"trace-cycle1", "rank1-trace-cycle1", "rank1-trace-cycle2", "rank1-run-json", "evidence-ranks",
+            "run-json"} <= names, names
+    assert "traces/rank1/trace-cycle1-steps2-4.pt.trace.json.gz" in record["artifacts"]
+    assert not glob.glob(os.path.join(out, "**", ".partial-*"), recursive=True)
+
+
+def test_the_global_rate_is_set_by_the_longest_window(ddp_bench):
+    """global = world x window samples / the longest window; every rank waited for the straggler, so every
+    window covers its 3 x 200 ms of sleep, and the global rate is at most world x any rank's own rate."""
+    r = read_json(os.path.join(ddp_bench["outputs"], "run.json"))["results"]
+    assert r["world_size"] == 2 and len(r["ranks"]) == 2
+    longest = max(x["window_seconds"] for x in r["ranks"])
+    assert r["samples_per_sec"] == pytest.approx(2 * 3 * 4 / longest)
+    assert r["global_window_seconds"] == longest and r["global_window_samples"] == 24
+    for x in r["ranks"]:
+        assert x["samples_per_sec"] == pytest.approx(12 / x["window_seconds"])
+        assert x["window_seconds"] >= 3 * 0.2, "a rank finished before the straggler's sleeps: no DDP sync?"
+        assert r["samples_per_sec"] <= 2 * x["samples_per_sec"] + 1e-9
+    rates = [x["samples_per_sec"] for x in r["ranks"]]
+    assert r["rank_rate_spread"] == pytest.approx((max(rates) - min(rates)) / (sum(rates) / 2))
+    run = load_offline_run(ddp_bench["root"], ddp_bench["uuid"])
+    assert run["outputs"]["samples_per_sec"] == pytest.approx(r["samples_per_sec"])
+    assert run["outputs"]["world_size"] == 2
+    assert "2 ranks: global rate over the longest window" in ddp_bench["proc"].stdout
+
+
+DDP_BAD = [
+    (["--slow-rank", "1", "--slow-input-ms", "5"], {}, "need --ddp"),
+    (["--ddp"], {}, "torchrun"),
+    (["--ddp", "--gpu-input", "--cuda-graph", "--warmup-steps", "3"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+     "--cuda-graph with --ddp"),
+    (["--ddp", "--slow-rank", "2", "--slow-input-ms", "5"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+     "no rank of this world"),
+    (["--ddp", "--slow-rank", "1"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "go together"),
+]
+
+
+@pytest.mark.parametrize("argv,env,message", DDP_BAD, ids=[m for _, _, m in DDP_BAD])
+def test_bad_distributed_flags_are_refused_in_one_line(tmp_path, argv, env, message):
+    proc = run_train(["--mode", "bench", *argv], tmp_path / "offline", timeout=60, **env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "offline").exists()
+
+
+def test_the_sampler_gives_each_rank_its_slice_and_a_new_shuffle_each_epoch():
+    """DistributedSampler through train.Batches: the ranks' batches of one epoch are disjoint, and
+    set_epoch at the turnover reshuffles (same seed on both ranks)."""
+    data = torch.utils.data.TensorDataset(torch.arange(16))
+    epochs = {}
+    for rank in (0, 1):
+        world = distributed.World(rank=rank, world_size=2, backend="gloo", device=torch.device("cpu"))
+        loader = torch.utils.data.DataLoader(data, batch_size=2, sampler=world.sampler(torch, data, seed=0),
+                                             drop_last=True)
+        batches = train.Batches(loader)
+        seen = [next(batches)[0].tolist() for _ in range(8)]  # 4 batches per epoch, two epochs
+        epochs[rank] = (sum(seen[:4], []), sum(seen[4:], []))
+        assert batches.epoch_restarts == 1 and loader.sampler.epoch == 1
+    assert not set(epochs[0][0]) & set(epochs[1][0]) and len(set(epochs[0][0]) | set(epochs[1][0])) == 16
+    assert epochs[0][0] != epochs[0][1], "the second epoch must be shuffled anew"
+
+
+def test_gpu_input_shards_are_disjoint_and_cover_the_set():
+    dataset = train.SyntheticCIFAR10(transform=None, size=10)
+    shards = [distributed.Shard(dataset, r, 3) for r in range(3)]
+    assert [len(s) for s in shards] == [4, 3, 3]
+    assert sorted(int(d.sum()) for s in shards for d in s.data) == sorted(int(d.sum()) for d in dataset.data)
+
+
+def test_a_world_of_one_leaves_the_single_process_path_alone():
+    """Without --ddp every hook is the identity: no sampler, the same model, no gathering."""
+    world = distributed.World(device=torch.device("cpu"))
+    model = torch.nn.Linear(2, 2)
+    assert not world.active and world.is_leader and world.sampler(torch, [1], 0) is None
+    assert world.wrap(torch, model) is model and world.trace_subdir == ""
+    results = {"samples_per_sec": 1.0}
+    assert world.bench_results(results) is results and world.all_gather(5) == [5] and world.broadcast(7) == 7

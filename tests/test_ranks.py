@@ -1,0 +1,140 @@
+"""ranks.py on hand-built per-rank traces with known answers: exposed communication, alignment, the slow rank."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ranks
+from conftest import ROOT
+
+MAIN = {"pid": 1, "tid": 1}
+
+
+def x(name, cat, ts, dur, pid=1, tid=1, **args):
+    ev = {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid}
+    if args:
+        ev["args"] = args
+    return ev
+
+
+def write(path, events, rank=None):
+    doc = {"schemaVersion": 1, "traceEvents": events}
+    if rank is not None:
+        doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+               "traceEvents": events}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with (gzip.open(path, "wt") if path.endswith(".gz") else open(path, "w")) as f:
+        json.dump(doc, f)
+    return path
+
+
+def gpu_rank(t0, next_batch, nccl, compute, steps=(1, 2), period=1000):
+    """Steps of `period` us from clock t0; each step: next_batch CPU time, a compute kernel, an NCCL kernel."""
+    events = []
+    for i, n in enumerate(steps):
+        a = t0 + i * period
+        events += [x(f"ProfilerStep#{n}", "user_annotation", a, period),
+                   x("input/next_batch", "user_annotation", a, next_batch),
+                   x("train/forward_backward", "user_annotation", a + next_batch, 50),
+                   x("void conv()", "kernel", a + compute[0], compute[1], pid=0, tid=7, stream=7),
+                   x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", a + nccl[0], nccl[1], pid=0, tid=20,
+                     stream=20)]
+    return events
+
+
+def test_exposed_nccl_time_is_what_compute_kernels_do_not_cover():
+    """NCCL [500, 900) with compute [400, 600) on another stream: comm 400, exposed 300, work = wall - 300."""
+    t = ranks.timelines(gpu_rank(0, 100, nccl=(500, 400), compute=(400, 200), steps=(1,)))
+    assert t["source"] == "nccl kernels"
+    fig = ranks.step_figures(t, 1, 0, 1000, {})
+    assert (fig["comm_us"], fig["exposed_comm_us"], fig["work_us"]) == (400, 300, 700)
+    assert fig["scopes_less_wait_us"] == fig["scopes_cpu_us"], "a GPU wait is no CPU scope time"
+
+
+def test_cpu_collective_launched_inside_an_operator_is_not_compute():
+    """gloo, as the CPU traces show it: autograd's evaluate_function encloses DDP's c10d::allreduce_
+    launch, gloo's thread runs gloo:all_reduce, and the main thread then blocks with no operator
+    (the reducer's wait at the end of backward). Comm 210..850; compute is mm 10..200 and the
+    enclosing operator less the launch (200..210, 250..260): exposed 640 - 10 = 630, all of it
+    inside train/forward_backward."""
+    events = [x("ProfilerStep#3", "user_annotation", 0, 1000),
+              x("train/forward_backward", "user_annotation", 0, 900),
+              x("aten::mm", "cpu_op", 10, 190),
+              x("autograd::engine::evaluate_function: AccumulateGrad", "cpu_op", 200, 60),
+              x("c10d::allreduce_", "cpu_op", 210, 40),
+              x("gloo:all_reduce", "user_annotation", 250, 600, tid=99),
+              x("train/optimizer", "user_annotation", 900, 80), x("aten::add_", "cpu_op", 910, 60)]
+    t = ranks.timelines(events)
+    assert t["source"].startswith("cpu")
+    fig = ranks.step_figures(t, 3, 0, 1000, {})
+    assert fig["comm_us"] == 640 and fig["exposed_comm_us"] == 630 and fig["work_us"] == 370
+    assert fig["scopes_less_wait_us"]["train/forward_backward"] == 900 - 630
+    assert fig["scopes_less_wait_us"]["train/optimizer"] == 80
+
+
+def test_no_communication_gives_null_with_a_reason():
+    events = [x("ProfilerStep#1", "user_annotation", 0, 100), x("aten::mm", "cpu_op", 0, 50)]
+    t = ranks.timelines(events)
+    fig = ranks.step_figures(t, 1, 0, 100, {})
+    assert t["source"] is None and fig["exposed_comm_us"] is None and fig["work_us"] is None
+
+
+def test_ranks_align_on_step_numbers_not_clocks_and_name_the_slow_rank(tmp_path):
+    """Rank 1's clock is a billion us ahead and it spends 600 us in next_batch; rank 0 waits in NCCL.
+    Aligned by step number: rank 1 is the slowest and input/next_batch its stage."""
+    fast = write(str(tmp_path / "traces" / "rank0" / "a.pt.trace.json"),
+                 gpu_rank(0, 50, nccl=(100, 800), compute=(60, 40)), rank=0)
+    slow = write(str(tmp_path / "traces" / "rank1" / "b.pt.trace.json.gz"),
+                 gpu_rank(1e9, 650, nccl=(850, 50), compute=(660, 180)), rank=1)
+    found = ranks.find_traces([str(tmp_path / "traces")])
+    assert found == {0: [fast], 1: [slow]}
+    result = ranks.across([ranks.rank_figures(p, r) for r, p in sorted(found.items())])
+    assert result["steps_aligned"] == [1, 2]
+    assert result["slowest_rank"] == 1 and result["slow_stage"] == "input/next_batch"
+    assert result["stage_excess_us"]["input/next_batch"] == 600
+    r0, r1 = result["per_rank"]["0"], result["per_rank"]["1"]
+    assert (r0["exposed_comm_us"], r1["exposed_comm_us"]) == (800, 50)
+    assert (r0["work_us"], r1["work_us"]) == (200, 950)
+    assert all(s["spread"]["work_us"] == 750 and s["slowest_rank"] == 1 for s in result["per_step"])
+    assert "slowest rank 1" in result["verdict"] and "input/next_batch" in result["verdict"]
+
+
+def test_steps_present_on_one_rank_only_are_left_out_and_named(tmp_path):
+    a = write(str(tmp_path / "a.json"), gpu_rank(0, 50, (100, 800), (60, 40), steps=(1, 2, 3)), rank=0)
+    b = write(str(tmp_path / "b.json"), gpu_rank(0, 650, (850, 50), (660, 180), steps=(2, 3)), rank=1)
+    result = ranks.across([ranks.rank_figures([a]), ranks.rank_figures([b])])
+    assert result["steps_aligned"] == [2, 3] and result["steps_missing"] == {"1": [1]}
+
+
+def test_one_rank_or_disjoint_steps_are_errors(tmp_path):
+    a = write(str(tmp_path / "a.json"), gpu_rank(0, 50, (100, 800), (60, 40), steps=(1,)), rank=0)
+    b = write(str(tmp_path / "b.json"), gpu_rank(0, 50, (100, 800), (60, 40), steps=(5,)), rank=1)
+    with pytest.raises(ranks.RanksError, match="two or more"):
+        ranks.across([ranks.rank_figures([a])])
+    with pytest.raises(ranks.RanksError, match="share no ProfilerStep"):
+        ranks.across([ranks.rank_figures([a]), ranks.rank_figures([b])])
+
+
+def test_rank_comes_from_the_trace_and_a_contradicting_folder_is_an_error(tmp_path):
+    events = gpu_rank(0, 50, (100, 800), (60, 40), steps=(1,))
+    assert ranks.trace_rank(write(str(tmp_path / "rank3" / "t.json"), events)) == 3
+    assert ranks.trace_rank(write(str(tmp_path / "anywhere" / "t.json"), events, rank=2)) == 2
+    with pytest.raises(ranks.RanksError, match="says rank 2"):
+        ranks.trace_rank(write(str(tmp_path / "rank5" / "t.json"), events, rank=2))
+    with pytest.raises(ranks.RanksError, match="which rank"):
+        ranks.trace_rank(write(str(tmp_path / "plain" / "t.json"), events))
+
+
+def test_cli_prints_the_verdict_and_fails_in_one_line_on_one_rank(tmp_path):
+    write(str(tmp_path / "rank0" / "a.pt.trace.json"), gpu_rank(0, 50, (100, 800), (60, 40)), rank=0)
+    write(str(tmp_path / "rank1" / "b.pt.trace.json"), gpu_rank(0, 650, (850, 50), (660, 180)), rank=1)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "slowest rank 1" in proc.stdout and "input/next_batch takes 0.6 ms more" in proc.stdout
+    one = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), str(tmp_path / "rank0")],
+                         capture_output=True, text=True, timeout=120)
+    assert one.returncode == 1 and one.stderr.count("\n") == 1 and "two or more" in one.stderr

@@ -1,7 +1,7 @@
 """Cross-check summarize.py's GPU idle share against Holistic Trace Analysis (HTA).
 
     pip install holistictraceanalysis==0.5.0 'pandas<3'   # a separate venv: HTA needs pandas < 3
-    HTA_DISABLE_NS_ROUNDING=1 python hta_crosscheck.py TRACE [TRACE ...]
+    HTA_DISABLE_NS_ROUNDING=1 python scripts/hta_crosscheck.py TRACE [TRACE ...]
 
 HTA keeps one rank-less trace per folder, so each trace is copied into a folder of its own.
 HTA's idle time is per stream: gaps between consecutive GPU events over the span from the first
@@ -14,7 +14,8 @@ import shutil
 import sys
 import tempfile
 
-import summarize
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+import summarize  # noqa: E402
 
 
 def hta_idle_share(trace):

@@ -19,7 +19,10 @@ Definitions (all times in microseconds of the trace's own clock):
   Only GPU events that carry no correlation id at all fall back on the clock (the step whose CPU
   time saw them start). The launching scope is the tutorial scope open when the launch call ran.
 - gpu_work: GPU time (union of intervals) of the work a step launched; gpu_work_by_scope: the same
-  per launching scope; gpu_annotation: the gpu_user_annotation span of each scope on the GPU track.
+  per launching scope; gpu_annotation: the gpu_user_annotation span of each scope on the GPU track
+  (it follows launches from the annotating thread only: on eager steps train/forward_backward's annotation
+  spans the forward pass, gaps included, while autograd's own thread launches the backward pass; the CPU
+  scope open at the launch, on any thread, misses neither).
 - gpu_span: the step's stretch of the GPU's own timeline, from the start of its first GPU event to
   the start of the next step's first one (the last step: to the end of its last event); the window's
   gpu_span runs from the first to the last GPU event of the work launched inside the window.
@@ -41,6 +44,7 @@ Definitions (all times in microseconds of the trace's own clock):
 import argparse
 import bisect
 import gzip
+import heapq
 import json
 import re
 import statistics
@@ -133,7 +137,7 @@ def crossing_slices(slices_by_thread):
     counts = {}
     for thread, (starts, ends) in slices_by_thread.items():
         stack, n = [], 0
-        for i in sorted(range(len(starts)), key=lambda i: (starts[i], -ends[i])):
+        for i in _by_start_then_longest(starts, ends):
             s, e = starts[i], ends[i]
             while stack and stack[-1] <= s:
                 stack.pop()
@@ -144,6 +148,37 @@ def crossing_slices(slices_by_thread):
         if n:
             counts[thread] = n
     return counts
+
+
+def _by_start_then_longest(starts, ends, max_runs=64):
+    """Indices ordered by start, the longest first among equal starts (an enclosing slice before its child).
+
+    A trace lists a thread's slices almost in order (a few sorted runs): merging the runs holds one
+    index per run, where sorting would hold a key per slice, several times the slices' own memory on
+    a big trace. Many runs: sorted by the start alone, then equal-start runs by end.
+    """
+    key = lambda i: (starts[i], -ends[i])
+    n = len(starts)
+    runs, a = [], 0
+    for i in range(1, n):
+        if starts[i] < starts[i - 1] or (starts[i] == starts[i - 1] and ends[i] > ends[i - 1]):
+            runs.append(range(a, i))
+            a = i
+            if len(runs) > max_runs:
+                break
+    else:
+        runs.append(range(a, n))
+        return heapq.merge(*runs, key=key) if len(runs) > 1 else iter(range(n))
+    order = sorted(range(n), key=starts.__getitem__)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and starts[order[j]] == starts[order[i]]:
+            j += 1
+        if j - i > 1:
+            order[i:j] = sorted(order[i:j], key=lambda k: -ends[k])
+        i = j
+    return order
 
 
 # --------------------------------------------------------------------------- reading

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import textwrap
 
-IGNORED = {"repeat", "output_dir", "data_dir", "mode", "bench_steps", "trace_format", "warmup_steps"}
+IGNORED = {"repeat", "output_dir", "data_dir", "mode", "bench_steps", "trace_format", "warmup_steps", "profile_detail"}
 ENVIRONMENT = ("gpu", "torch", "cuda", "cpu_budget")
 EVIDENCE = ("gpu_idle_share", "input_gap_share", "profiled_step_ms")
 BOOTSTRAP = 10_000

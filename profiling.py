@@ -149,6 +149,11 @@ def capture_lines(cycle, capture):
              f"profiler_distortion {_ratio(capture['profiler_distortion'])}"]
     if capture["distortion_sentence"]:
         lines.append(f"capture: {capture['distortion_sentence']}")
+    for d in capture["dumps"]:
+        if d["before_step"] <= cycle["profiler_steps"][0]:
+            lines.append(f"capture: cycle {cycle['cycle']}'s active steps start "
+                         f"{cycle['profiler_steps'][0] - d['before_step']} steps after cycle {d['cycle']}'s trace "
+                         f"dump ({d['seconds']:.3f} s, before step {d['before_step']})")
     for r in cycle["refilled_by"]:
         lines.append(f"capture: cycle {cycle['cycle']} follows {r['what']} ({r['seconds']:.3f} s, before step "
                      f"{r['before_step']}): with {capture['queue_depth']} batches of loader queue "
@@ -197,11 +202,12 @@ def write_evidence(cycles, capture):
                "distortion_sentence": distortion_sentence(ratio, capture["workers"], capture["device_input"]),
                "queue_depth": capture["queue_depth"], "queue": capture["queue"],
                "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
-               "headline_cycles": chosen, "headline_clean": bool(clean)}
+               "headline_cycles": chosen, "headline_clean": bool(clean),
+               "dumps": [{"cycle": d["cycle"], "seconds": d.get("dump_seconds"), "before_step": d["dump_before_step"]}
+                         for d in cycles if d.get("dump_before_step") is not None]}
     for c in cycles:
         evidence = evidences[c["cycle"]]
-        evidence["capture"] = {**account, "cycle": c["cycle"], "refilled_by": c["refilled_by"],
-                               "dump_seconds": {d["cycle"]: d["dump_seconds"] for d in cycles}}
+        evidence["capture"] = {**account, "cycle": c["cycle"], "refilled_by": c["refilled_by"]}
         base = c["trace"].rsplit(".pt.trace.", 1)[0]
         c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
         text = summarize.format_table([evidence]) + "\n".join(capture_lines(c, account)) + "\n"

@@ -66,8 +66,10 @@ def test_a_dump_refilled_cycle_is_flagged_and_the_headline_reads_the_other(tmp_p
     assert "headline figures from cycle(s) 1" in text
     with open(cycles[1]["evidence_json"]) as f:
         saved = json.load(f)
-    assert saved["capture"]["refilled_by"][0]["batches"] == 8 and saved["capture"]["dump_seconds"] == {"1": 1.0,
-                                                                                                        "2": 1.0}
+    assert saved["capture"]["refilled_by"][0]["batches"] == 8
+    assert saved["capture"]["dumps"] == [{"cycle": 1, "seconds": 1.0, "before_step": 5},
+                                         {"cycle": 2, "seconds": 1.0, "before_step": 10}]
+    assert "cycle 2's active steps start 2 steps after cycle 1's trace dump (1.000 s, before step 5)" in text
 
 
 def test_when_the_profiler_start_refills_every_cycle_the_input_figures_are_null_with_the_reason(tmp_path):

@@ -105,8 +105,10 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
         with open(c["evidence_txt"]) as f:
             text = f.read()
         assert "capture: --profile-detail full; unprofiled step" in text and "profiler_distortion" in text
-        assert read_json(c["evidence_json"])["capture"]["dump_seconds"] == {
-            str(d["cycle"]): d["dump_seconds"] for d in results["cycles"]}
+        assert read_json(c["evidence_json"])["capture"]["dumps"] == [
+            {"cycle": d["cycle"], "seconds": d["dump_seconds"], "before_step": d["dump_before_step"]}
+            for d in results["cycles"]]
+        assert ("after cycle 1's trace dump" in text) == (c["cycle"] == 2)
 
 
 def test_lean_profile_records_no_shapes_memory_or_stacks(tmp_path):

@@ -142,7 +142,7 @@ def deterministic():
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved
 
 
-def training(dataset, batch, seed=0, lr=0.05):
+def training(dataset, batch, seed=0, lr=0.01):
     """The tutorial's model, loss and optimizer, device batches, and the eager step, all from one seed."""
     cuda = torch.device("cuda")
     torch.manual_seed(seed)
@@ -189,10 +189,11 @@ def test_captured_step_trains_the_same_model_as_the_eager_step(deterministic):
 
 
 def test_loss_falls_on_a_learnable_set_eager_and_captured(deterministic):
-    """Tinted classes: 60 steps take the loss well below its start under both paths."""
+    """Tinted classes: 40 steps take the loss well below its start under both paths (on a CPU, the eager
+    path went from 2.25 to 0.09, mean of the first 3 to mean of the last 10)."""
     data = TintedSet(size=2048)
-    _, eager_losses = run_eager(data, 64, 60)
-    _, graph_losses, _ = run_captured(data, 64, 60)
+    _, eager_losses = run_eager(data, 64, 40)
+    _, graph_losses, _ = run_captured(data, 64, 40)
     for name, losses in (("eager", eager_losses), ("captured", graph_losses)):
         early, late = np.mean(losses[:3]), np.mean(losses[-10:])
         assert late < 0.5 * early, f"{name}: loss {early:.3f} -> {late:.3f} did not fall"

@@ -598,17 +598,20 @@ def summarize_events(events, name="trace"):
             reason = (f"the GPU work this step launched ({step['gpu_work_us']:.1f} us) exceeds its GPU span "
                       f"({step['gpu_span_us']:.1f} us): steps' GPU work overlaps, the per-step GPU span is undefined")
             slot, step["gpu_span_us"] = None, None
-        fill(step, views([[a, b]], [slot] if slot else []), reason or "this step launched no GPU work")
+        step["gpu_span_null_reason"] = None if slot else (reason or "this step launched no GPU work")
+        fill(step, views([[a, b]], [slot] if slot else []), step["gpu_span_null_reason"])
         per_step.append(step)
 
     window = {**cpu_figs(window_cpu), **window_work, "gpu_lag_us": lag,
               "gpu_span_us": total(window_span) if window_span else None}
-    window_reason = None if window_span else "no GPU work was launched inside the window"
+    window["gpu_span_null_reason"] = None if window_span else "no GPU work was launched inside the window"
     if window_span and window["gpu_work_us"] > window["gpu_span_us"] + EPS_US:  # cannot happen unless a bug
-        window_reason = (f"GPU work launched in the window ({window['gpu_work_us']:.1f} us) exceeds its GPU span "
-                         f"({window['gpu_span_us']:.1f} us): attribution is inconsistent")
-        window["gpu_work_us"] = None
-    fill(window, views(window_cpu, window_span), window_reason)
+        window["gpu_span_null_reason"] = (
+            f"GPU work launched in the window ({window['gpu_work_us']:.1f} us) exceeds its GPU span "
+            f"({window['gpu_span_us']:.1f} us): attribution is inconsistent")
+        window["gpu_span_us"] = None
+    fill(window, views(window_cpu, [[a, b] for a, b in window_span] if window["gpu_span_us"] else []),
+         window["gpu_span_null_reason"])
     window.update(steps=len(t.steps), median_step_us=statistics.median(walls))
 
     pre, out = bucket(before, kernels_all), bucket(outside, kernels_all)
@@ -666,6 +669,11 @@ def headline(evidences):
     idle = sum(w["gpu_idle_us"] for w in windows)
     out["gpu_idle_share"] = idle / pace if pace else None
     out["input_gap_share"] = sum(w["input_gap_us"] for w in windows) / idle if idle else 0.0
+    spans = [w["gpu_span_null_reason"] for w in windows if w["gpu_span_null_reason"]]
+    if spans:
+        out["null_reasons"]["gpu_span_ms_per_step"] = out["null_reasons"]["gpu_work_ms_per_step"] = \
+            "; ".join(dict.fromkeys(spans))
+        return out
     out["gpu_span_ms_per_step"] = sum(w["gpu_span_us"] for w in windows) / steps / 1e3
     work = sum(w["gpu_work_us"] for w in windows) / steps / 1e3
     if work > out["gpu_span_ms_per_step"] + EPS_US / 1e3:
@@ -781,8 +789,8 @@ def format_table(evidences):
         for note in ev["notes"]:
             parts.append(f"{ev['trace']}: {note}")
         for s in ev["steps"]:
-            if s["gpu_null_reason"] and s["gpu_work_us"]:
-                parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_null_reason']}")
+            if s["gpu_span_null_reason"] and s["gpu_work_us"]:
+                parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
         if ev["crossing_slices"]["count"]:
             parts.append(f"{ev['trace']}: {ev['crossing_slices']['count']} crossing slices "
                          "(open in Perfetto v57.1 or later, older versions drop them)")

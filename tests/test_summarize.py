@@ -252,9 +252,21 @@ def test_overlapping_steps_null_the_per_step_gpu_span_with_a_reason():
     ev = summarize.summarize_events(events)
     s1, s2 = ev["steps"]
     assert ev["cpu_runs_ahead"] and s1["gpu_span_us"] is None and "exceeds its GPU span" in s1["gpu_null_reason"]
+    assert s1["gpu_span_null_reason"] == s1["gpu_null_reason"] and s2["gpu_span_null_reason"] is None
     assert s1["gpu_idle_share"] is None and s1["gpu_work_us"] == 80
     assert s2["gpu_span_us"] == 50 and s2["gpu_work_us"] <= s2["gpu_span_us"]
     assert "exceeds its GPU span" in summarize.format_table([ev])
+
+
+def test_a_cpu_bound_step_whose_work_overlaps_the_next_keeps_its_cpu_figures_and_says_why():
+    """Idle on the CPU's steps stays; only the step's GPU span goes, with the reason, in the table too."""
+    events = [step(1, 0, 100), step(2, 100, 100), launch(1, 1), launch(101, 2),
+              kernel(10, 100, stream=7, correlation=1), kernel(105, 10, stream=8, correlation=2)]
+    ev = summarize.summarize_events(events)
+    s1 = ev["steps"][0]
+    assert ev["idle_basis"] == "cpu_steps" and s1["gpu_idle_share"] == pytest.approx(0.1)
+    assert s1["gpu_span_us"] is None and "exceeds its GPU span" in s1["gpu_span_null_reason"]
+    assert "step #1: the GPU work this step launched" in summarize.format_table([ev])
 
 
 def test_headline_nulls_gpu_work_that_exceeds_the_gpu_span():

@@ -47,7 +47,7 @@ import tempfile
 import textwrap
 from datetime import datetime, timezone
 
-IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format"}
+IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_detail"}
 # A profile run has no bench window: its evidence stands beside a group whatever the window's length.
 EVIDENCE_IGNORED = IGNORED | {"bench_steps", "warmup_steps"}
 MACHINE = ("host", "gpu", "driver", "torch", "cuda", "cpu_budget")

@@ -1,4 +1,25 @@
-"""The profile mode's files: each cycle's trace written atomically with its operator tables, then its evidence."""
+"""The profile mode's measurements and files: the profiler's cost, the pauses it makes, each cycle's trace and evidence.
+
+What the profiler distorts, and how this module keeps the evidence honest:
+- Its own cost. record_shapes, profile_memory and with_stack (--profile-detail full, the tutorial's
+  capture) inflate the profiled main process only; DataLoader workers run unprofiled in their own
+  processes. So PROFILE_STEPS unprofiled steps are timed in the same process just before the capture
+  (synchronized at both ends, never inside the profiled window), and profiler_distortion = profiled
+  step / unprofiled step is reported beside every trace's evidence.
+- Its pauses. Writing a cycle's trace takes about a second inside profiler.step(), and starting the
+  profiler takes time too; the workers keep loading meanwhile, up to workers x prefetch_factor batches
+  ahead, so the steps after a long pause may be served from refilled queues and show no input wait that
+  the bench would feel. Every pause of the main loop between steps is measured. A pause of p seconds
+  refills about p / (one unprofiled step) batches, capped at the queue depth: when the loop waits for
+  input, one unprofiled step is the loader's time per batch (when it does not, queues are full anyway
+  and a refill hides nothing). A cycle whose active steps fall within a pause's refill is flagged.
+- The decision: the tutorial's schedule (wait=1, warmup=1, active=3, repeat=2) stays; with it, cycle 2
+  always follows cycle 1's dump by two steps, fewer than the queue depth of 4 workers (8 batches), so
+  the headline figures come from the cycles no pause refilled (cycle 1, unless the profiler's start
+  also paused long enough: then the headline idle and input-gap figures are null with the reason,
+  and the per-cycle figures stay in run.json). A schedule with warmup >= workers x prefetch_factor
+  would drain a dump's refill too, at the price of more profiled steps than the tutorial prints.
+"""
 
 import os
 import sys
@@ -7,6 +28,12 @@ import time
 import summarize
 from runinfo import write_atomic, write_json_atomic
 from scopes import SCHEDULE
+
+# --profile-detail: the tutorial's capture, or one that records only the timeline.
+DETAIL = {"full": {"record_shapes": True, "profile_memory": True, "with_stack": True},
+          "lean": {"record_shapes": False, "profile_memory": False, "with_stack": False}}
+# Above this, the workers get at least 10% more time per batch than in an unprofiled run.
+DISTORTION_NOTE_AT = 1.1
 
 
 class TraceWriter:
@@ -55,21 +82,155 @@ class TraceWriter:
         print(f"profile: cycle {n} (ProfilerStep#{first}-{last}) -> {trace} in {seconds:.1f}s", file=sys.stderr)
         self.cycles.append({"cycle": n, "profiler_steps": [first, last], "trace": trace,
                             "trace_bytes": os.path.getsize(trace), "operator_tables": tables,
-                            "dump_seconds": round(seconds, 3)})
+                            "dump_seconds": round(seconds, 3), "dump_before_step": prof.step_num})
 
 
-def write_evidence(cycles):
-    """summarize.py over each cycle's trace, saved beside it; returns the pooled headline figures."""
-    evidences = []
+def time_unprofiled(step, steps, synchronize):
+    """steps plain steps between two synchronizations, just before the capture, in the same process.
+
+    Returns the timing and the moment the last step returned (the main loop stops consuming batches
+    there: the closing synchronization and the profiler's start are the first pause).
+    """
+    synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    last_step_end = time.perf_counter()
+    synchronize()
+    seconds = time.perf_counter() - t0
+    return {"steps": steps, "seconds": seconds, "step_ms": seconds / steps * 1e3}, last_step_end
+
+
+class Pauses:
+    """How long the main loop stopped between profiled steps (profiler.step(), trace dumps, the start)."""
+
+    def __init__(self, since):
+        self.seconds, self._last_end = [], since
+
+    def before_step(self):
+        self.seconds.append(time.perf_counter() - self._last_end)
+
+    def after_step(self):
+        self._last_end = time.perf_counter()
+
+
+def refills(cycles, pauses_s, queue_depth, step_s):
+    """Per cycle, the pauses whose refilled batches may have served its active steps.
+
+    pauses_s[i]: the pause before profiled step i. A pause of p seconds refills min(depth, p / step_s)
+    batches (all of the depth when step_s is unknown); they serve the steps that follow it.
+    """
+    out = {}
+    dumps = {c.get("dump_before_step"): c["cycle"] for c in cycles}
     for c in cycles:
-        evidence = summarize.summarize_file(c["trace"])
+        first, last = c["profiler_steps"]
+        found = []
+        for i, p in enumerate(pauses_s):
+            batches = queue_depth if not step_s else min(queue_depth, int(p / step_s))
+            if batches and i <= last and i + batches - 1 >= first:
+                what = f"cycle {dumps[i]}'s trace dump" if i in dumps else (
+                    "the profiler's start" if i < first else "profiler.step()")
+                found.append({"before_step": i, "seconds": round(p, 4), "batches": batches, "what": what,
+                              "dump": i in dumps})
+        out[c["cycle"]] = found
+    return out
+
+
+def distortion_sentence(ratio, workers, device_input):
+    """A plain sentence when the profiler slows the steps enough to hide (or inflate) input waits."""
+    if ratio is None or ratio < DISTORTION_NOTE_AT:
+        return None
+    said = f"profiled steps take {ratio:.2f}x the unprofiled ones"
+    if workers:
+        return (f"{said}: the profiler slows the main process while the {workers} DataLoader workers run "
+                f"unprofiled in their own processes, so they get {ratio:.2f}x the time per batch and input "
+                "waits the bench feels may not show in the trace (compare --profile-detail lean)")
+    if device_input:
+        return f"{said}: the trace's CPU times are inflated; the GPU's figures are not"
+    return (f"{said}: loading runs in the profiled main process, so the trace overstates the in-process "
+            "input cost (compare --profile-detail lean)")
+
+
+def capture_lines(cycle, capture):
+    """The evidence text's account of the capture: the profiler's cost and the pauses before this cycle."""
+    lines = [f"capture: --profile-detail {capture['detail']}; unprofiled step "
+             f"{_ms(capture['unprofiled_step_ms'])} ms (same process, {capture['unprofiled_steps']} steps "
+             f"just before the capture), profiled step {_ms(capture['profiled_step_ms'])} ms, "
+             f"profiler_distortion {_ratio(capture['profiler_distortion'])}"]
+    if capture["distortion_sentence"]:
+        lines.append(f"capture: {capture['distortion_sentence']}")
+    for d in capture["dumps"]:
+        if d["before_step"] <= cycle["profiler_steps"][0]:
+            lines.append(f"capture: cycle {cycle['cycle']}'s active steps start "
+                         f"{cycle['profiler_steps'][0] - d['before_step']} steps after cycle {d['cycle']}'s trace "
+                         f"dump ({d['seconds']:.3f} s, before step {d['before_step']})")
+    for r in cycle["refilled_by"]:
+        lines.append(f"capture: cycle {cycle['cycle']} follows {r['what']} ({r['seconds']:.3f} s, before step "
+                     f"{r['before_step']}): with {capture['queue_depth']} batches of loader queue "
+                     f"({capture['queue']}), about {r['batches']} steps after it may be served from refilled "
+                     "queues, so this cycle's input waits may be understated")
+    lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))}"
+                 f"{'' if capture['headline_clean'] else ' (every cycle followed a refilling pause: idle and input gap null)'}")
+    return lines
+
+
+def _ms(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def _ratio(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def write_evidence(cycles, capture):
+    """summarize.py over each cycle's trace, saved beside it with the capture's account; the headline figures.
+
+    capture: detail, unprofiled (time_unprofiled's dict), pauses_s, queue_depth, queue (words), workers,
+    device_input. The headline is pooled over the cycles no pause refilled (see the module's docstring).
+    """
+    step_s = capture["unprofiled"]["step_ms"] / 1e3 if capture.get("unprofiled") else None
+    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], step_s)
+    evidences = {}
+    for c in cycles:
+        evidences[c["cycle"]] = summarize.summarize_file(c["trace"])
+        c["refilled_by"] = refilled[c["cycle"]]
+        c["follows_dump"] = [r["before_step"] for r in refilled[c["cycle"]] if r["dump"]]
+    clean = [c["cycle"] for c in cycles if not c["refilled_by"]]
+    chosen = clean or [c["cycle"] for c in cycles]
+    head = summarize.headline([evidences[n] for n in chosen])
+    if not clean:
+        why = ("every cycle's active steps follow a pause that let the DataLoader workers refill their queues "
+               "(see refilled_by per cycle): the trace may hide input waits the bench feels")
+        head["gpu_idle_share"] = head["input_gap_share"] = None
+        head["null_reasons"]["input_wait"] = why
+    unprofiled_ms = capture["unprofiled"]["step_ms"] if capture.get("unprofiled") else None
+    ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
+    head.update(unprofiled_step_ms=unprofiled_ms, profiler_distortion=ratio, headline_cycles=chosen)
+    account = {"detail": capture["detail"], "unprofiled_step_ms": unprofiled_ms,
+               "unprofiled_steps": capture["unprofiled"]["steps"] if capture.get("unprofiled") else None,
+               "profiled_step_ms": head["profiled_step_ms"], "profiler_distortion": ratio,
+               "distortion_sentence": distortion_sentence(ratio, capture["workers"], capture["device_input"]),
+               "queue_depth": capture["queue_depth"], "queue": capture["queue"],
+               "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
+               "headline_cycles": chosen, "headline_clean": bool(clean),
+               "dumps": [{"cycle": d["cycle"], "seconds": d.get("dump_seconds"), "before_step": d["dump_before_step"]}
+                         for d in cycles if d.get("dump_before_step") is not None]}
+    for c in cycles:
+        evidence = evidences[c["cycle"]]
+        evidence["capture"] = {**account, "cycle": c["cycle"], "refilled_by": c["refilled_by"]}
         base = c["trace"].rsplit(".pt.trace.", 1)[0]
         c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
-        c["evidence_txt"] = write_atomic(base + ".evidence.txt", summarize.format_table([evidence]))
+        text = summarize.format_table([evidence]) + "\n".join(capture_lines(c, account)) + "\n"
+        c["evidence_txt"] = write_atomic(base + ".evidence.txt", text)
         c["evidence"] = summarize.headline(evidence)
         c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
-        evidences.append(evidence)
-    return summarize.headline(evidences)
+    head["distortion_sentence"] = account["distortion_sentence"]
+    return head
+
+
+# Headline figures logged as Polyaxon outputs (scalars only; reasons and lists stay in run.json).
+OUTPUT_KEYS = ("profiled_step_ms", "gpu_idle_share", "input_gap_share", "gpu_work_ms_per_step",
+               "gpu_span_ms_per_step", "cpu_step_ms", "cpu_runs_ahead", "unprofiled_step_ms", "profiler_distortion")
 
 
 def log_cycles(record, results):
@@ -84,7 +245,7 @@ def log_cycles(record, results):
     # Each ProfilerStep's wall time as a metric, charted by step on the run's dashboard.
     record.log_steps("profiled_step_wall_ms",
                      {n: ms for c in results["cycles"] for n, ms in c["step_wall_ms"].items()})
-    outputs = {k: v for k, v in results["evidence"].items() if v is not None}
-    outputs.update({f"cycle{c['cycle']}_{k}": v for c in results["cycles"] for k, v in c["evidence"].items()
-                    if v is not None})
+    outputs = {k: results["evidence"][k] for k in OUTPUT_KEYS if results["evidence"].get(k) is not None}
+    outputs.update({f"cycle{c['cycle']}_{k}": c["evidence"][k] for c in results["cycles"] for k in OUTPUT_KEYS
+                    if c["evidence"].get(k) is not None})
     return outputs

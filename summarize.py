@@ -5,28 +5,51 @@
     python summarize.py TRACE [TRACE ...] --json
 
 TRACE is a PyTorch profiler Chrome trace (.json or .json.gz), e.g. what train.py
---mode profile writes under outputs/traces. These are hypotheses, not a
+--mode profile writes under outputs/traces. It is read as a stream: memory grows with
+the compact figures kept per event, not with the file. These are hypotheses, not a
 diagnostic classifier: the numbers say where the GPU waited, not why.
 
 Definitions (all times in microseconds of the trace's own clock):
-- window: the active ProfilerStep#N slices; GPU intervals are clipped to each step.
-- gpu_busy: union of kernel, memcpy and memset intervals over all streams.
-- gpu_idle = step wall - gpu_busy; gpu_idle_share = gpu_idle / wall.
-- input_gap: GPU idle time that overlaps an input/next_batch slice.
-- per-step counts (kernels, copies, launches, syncs) follow the CPU call that
-  launched the GPU work (the trace's correlation id), not where the GPU ran it.
-- gpu_work: GPU time (union of intervals) of the work a step launched, wherever it ran;
-  gpu_lag: how long after the step's CPU end the last of that work finished. When the
-  CPU runs ahead of the GPU (CUDA graphs, GPU-bound steps), gpu_work exceeds the step's
-  wall and the clipped busy/idle figures describe the CPU's pace, not the GPU's: the
-  evidence then says cpu_runs_ahead.
+- window: the ProfilerStep#N slices of the trace (the active steps of one cycle).
+- Attribution: GPU work belongs to the step whose CPU call launched it, found through the
+  trace's correlation id (args.correlation on the cudaLaunchKernel/cudaGraphLaunch/cudaMemcpyAsync
+  call and on the kernel, copy or memset it started), wherever and whenever the GPU ran it.
+  Work whose launch is not in the trace was launched before it (Kineto records GPU work of
+  earlier steps that was still running): it is reported on its own line and charged to no step.
+  Only GPU events that carry no correlation id at all fall back on the clock (the step whose CPU
+  time saw them start). The launching scope is the tutorial scope open when the launch call ran.
+- gpu_work: GPU time (union of intervals) of the work a step launched; gpu_work_by_scope: the same
+  per launching scope; gpu_annotation: the gpu_user_annotation span of each scope on the GPU track
+  (it follows launches from the annotating thread only: on eager steps train/forward_backward's annotation
+  spans the forward pass, gaps included, while autograd's own thread launches the backward pass; the CPU
+  scope open at the launch, on any thread, misses neither).
+- gpu_span: the step's stretch of the GPU's own timeline, from the start of its first GPU event to
+  the start of the next step's first one (the last step: to the end of its last event); the window's
+  gpu_span runs from the first to the last GPU event of the work launched inside the window.
+  Invariant, checked here: a step's gpu_work never exceeds its gpu_span (a violation means the
+  steps' GPU work overlaps; the step's GPU-timeline figures are then null with the reason).
+- gpu_lag: how long after the window's CPU end the last of its GPU work finished.
+- Idle figures, in one of two bases (idle_basis):
+  cpu_steps: while the GPU keeps up, busy = union of all GPU intervals clipped to the CPU's steps,
+    idle = step wall - busy;
+  gpu_timeline: when the CPU runs ahead of the GPU (cpu_runs_ahead: the window's work ends more than
+    a median step after its CPU end, or it needs more GPU time than the CPU took), clipping to the
+    CPU's steps describes the CPU's pace, not the GPU's: busy and idle are measured over gpu_span.
+  gpu_idle_share = idle / basis span; input_gap = idle time that overlaps an input/next_batch slice;
+  input_gap_share = input_gap / idle. profiled_step_ms is the basis span per step: the CPU's step
+  while the GPU keeps up, the GPU's time per step when the CPU runs ahead.
+- per-step counts (kernels, copies, launches, syncs) follow the launching step too.
 """
 
 import argparse
+import bisect
 import gzip
+import heapq
 import json
+import re
 import statistics
 import sys
+from array import array
 from collections import defaultdict
 
 from scopes import NEXT_BATCH, SCOPES
@@ -35,13 +58,23 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_SLICE_CATS = ("user_annotation", "cpu_op", "python_function", "cuda_runtime", "cuda_driver")
 LAUNCH_CALLS = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                 "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch"}
+GRAPH_LAUNCH_CALLS = {"cudaGraphLaunch", "cuGraphLaunch"}
 SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
               "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
               "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"}
 SMALL_KERNEL_US = 10.0
+EPS_US = 0.01  # exported timestamps carry ns decimals: sums of a few thousand of them stay well within this
+OUTSIDE_SCOPES = "(outside the four scopes)"
 CAVEAT = ("profiled steps run slower than unprofiled ones (record_shapes, profile_memory and "
           "with_stack inflate CPU time): the trace explains where time goes, mode=bench measures it")
 NO_GPU = "no GPU events in the trace (CPU-only profile): GPU figures are not available"
+RUN_AHEAD = ("the CPU runs ahead of the GPU (GPU-bound): the work a step launches runs during later steps' "
+             "CPU time, so clipping GPU time to the CPU's steps would describe the CPU's pace; busy, idle and "
+             "input gap are measured on the GPU's own timeline instead (idle_basis gpu_timeline)")
+GRAPHS = ("CUDA-graph replays: one cudaGraphLaunch starts all of a graph's kernels, so the trace shows no "
+          "per-operator CPU launches for them (launch cpu ms counts the graph launches only), and Kineto's "
+          "view of graphs has known gaps (pytorch/kineto#1165): time replays with CUDA events "
+          "(train.py --mode bench --cuda-graph: gpu_ms_per_step)")
 
 
 class TraceError(Exception):
@@ -98,12 +131,14 @@ def complement(merged, start, end):
 def crossing_slices(slices_by_thread):
     """Per thread, slices that start inside another slice and end after it (they cross).
 
+    slices_by_thread: {thread: (starts, ends)} as two parallel sequences.
     Perfetto before v57.1 dropped such slices on import; with_stack=True makes them common.
     """
     counts = {}
-    for thread, slices in slices_by_thread.items():
+    for thread, (starts, ends) in slices_by_thread.items():
         stack, n = [], 0
-        for s, e in sorted(slices, key=lambda x: (x[0], -x[1])):
+        for i in _by_start_then_longest(starts, ends):
+            s, e = starts[i], ends[i]
             while stack and stack[-1] <= s:
                 stack.pop()
             # 1 ns of slack: exported timestamps are rounded to ns.
@@ -115,12 +150,144 @@ def crossing_slices(slices_by_thread):
     return counts
 
 
+def _by_start_then_longest(starts, ends, max_runs=64):
+    """Indices ordered by start, the longest first among equal starts (an enclosing slice before its child).
+
+    A trace lists a thread's slices almost in order (a few sorted runs): merging the runs holds one
+    index per run, where sorting would hold a key per slice, several times the slices' own memory on
+    a big trace. Many runs: sorted by the start alone, then equal-start runs by end.
+    """
+    key = lambda i: (starts[i], -ends[i])
+    n = len(starts)
+    runs, a = [], 0
+    for i in range(1, n):
+        if starts[i] < starts[i - 1] or (starts[i] == starts[i - 1] and ends[i] > ends[i - 1]):
+            runs.append(range(a, i))
+            a = i
+            if len(runs) > max_runs:
+                break
+    else:
+        runs.append(range(a, n))
+        return heapq.merge(*runs, key=key) if len(runs) > 1 else iter(range(n))
+    order = sorted(range(n), key=starts.__getitem__)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and starts[order[j]] == starts[order[i]]:
+            j += 1
+        if j - i > 1:
+            order[i:j] = sorted(order[i:j], key=lambda k: -ends[k])
+        i = j
+    return order
+
+
 # --------------------------------------------------------------------------- reading
 
-def load_events(path):
+_SEPARATOR = re.compile(r"[ \t\n\r]*(?:,[ \t\n\r]*)?")
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+class _Stream:
+    """A text stream read in chunks, decoded one JSON value at a time with json's raw_decode.
+
+    Only the current chunk and the value being decoded are held: memory is bounded by the
+    chunk size plus the largest single value (one trace event), not by the file.
+    """
+
+    def __init__(self, f, chunk=1 << 20):
+        self.f, self.chunk, self.buf, self.pos, self.eof = f, chunk, "", 0, False
+        self.decode = json.JSONDecoder().raw_decode
+
+    def _more(self):
+        data = self.f.read(self.chunk)
+        if not data:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos:] + data
+        self.pos = 0
+        return True
+
+    def char(self):
+        """The next non-blank character (not consumed), or '' at the end."""
+        while True:
+            self.pos = _SPACE.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self._more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def take(self, expected):
+        c = self.char()
+        if c != expected:
+            raise ValueError(f"expected {expected!r} at a JSON position, found {c or 'the end of the file'!r}")
+        self.pos += 1
+
+    def value(self):
+        """The next JSON value. A value that ends exactly at the buffer's end may be cut (a number): read on."""
+        self.char()
+        while True:
+            try:
+                obj, end = self.decode(self.buf, self.pos)
+                if end < len(self.buf) or self.eof:
+                    self.pos = end
+                    return obj
+            except json.JSONDecodeError:
+                if self.eof:
+                    raise
+            if not self._more():
+                obj, self.pos = self.decode(self.buf, self.pos)
+                return obj
+
+    def array(self):
+        """The elements of the array that starts here, one at a time."""
+        self.take("[")
+        if self.char() == "]":
+            self.pos += 1
+            return
+        while True:
+            yield self.value()
+            c = self.char()
+            if c == "]":
+                self.pos += 1
+                return
+            if c != ",":
+                raise ValueError(f"expected ',' or ']' between trace events, found {c or 'the end of the file'!r}")
+            self.pos += 1
+
+
+def iter_events(path, chunk=1 << 20):
+    """The trace's events one by one, from a {"traceEvents": [...], ...} object or a bare array."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
-        with opener(path, "rt") as f:
+        with opener(path, "rt", encoding="utf-8") as f:
+            stream = _Stream(f, chunk)
+            first = stream.char()
+            if first == "[":
+                yield from stream.array()
+                return
+            if first != "{":
+                raise ValueError(f"a Chrome trace starts with '{{' or '[', this file with {first or 'nothing'!r}")
+            stream.take("{")
+            found = False
+            while stream.char() != "}":
+                key = stream.value()
+                stream.take(":")
+                if key == "traceEvents" and stream.char() == "[":
+                    found = True
+                    yield from stream.array()
+                else:
+                    stream.value()  # metadata (deviceProperties, baseTimeNanoseconds, ...): not needed
+                if stream.char() == ",":
+                    stream.pos += 1
+            if not found:
+                raise TraceError(f"{path}: no traceEvents list: not a PyTorch profiler trace")
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise TraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from e
+
+
+def load_events(path):
+    """The whole event list at once (json.load): the reference the streaming reader is checked against."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from e
@@ -130,157 +297,398 @@ def load_events(path):
     return events
 
 
+class Trace:
+    """What the figures need from a trace, as compact tuples.
+
+    steps: (num, start, end); scopes: {scope: [[start, end], ...]}; scope_ids: {External id: (scope, start)};
+    gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset;
+    runtime: (name, start, end, correlation); annotations: (name, start, end, External id) on GPU tracks;
+    threads: {(pid, tid): (starts, ends)} of CPU slices, as arrays of doubles.
+    """
+
+    def __init__(self):
+        self.steps, self.scopes, self.scope_ids = [], defaultdict(list), {}
+        self.gpu, self.runtime, self.annotations = [], [], []
+        self.threads = defaultdict(lambda: (array("d"), array("d")))
+
+
 def extract(events):
-    """One pass over the events, keeping only compact tuples."""
-    steps, scopes, gpu, runtime, threads = [], defaultdict(list), [], [], defaultdict(list)
+    """One pass over the events (a list or a stream), keeping only compact tuples."""
+    t = Trace()
+    names = {}  # one string object per distinct name
+    scopes = set(SCOPES)
     for ev in events:
-        if ev.get("ph") != "X":
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
-        cat, name = ev.get("cat", ""), ev.get("name", "")
+        cat = ev.get("cat", "")
         try:
             s = float(ev["ts"])
             e = s + float(ev.get("dur", 0))
         except (KeyError, TypeError, ValueError):
             continue
-        args = ev.get("args") or {}
         if cat in CPU_SLICE_CATS:
-            threads[(ev.get("pid"), ev.get("tid"))].append((s, e))
+            starts, ends = t.threads[(ev.get("pid"), ev.get("tid"))]
+            starts.append(s)
+            ends.append(e)
+            if cat == "python_function" or cat == "cpu_op":
+                continue
+        name = ev.get("name", "")
+        args = ev.get("args") or {}
         if cat == "user_annotation":
             if name.startswith("ProfilerStep#"):
-                steps.append((int(name.split("#", 1)[1]), s, e))
-            elif name in SCOPES:
-                scopes[name].append([s, e])
+                try:
+                    t.steps.append((int(name.split("#", 1)[1]), s, e))
+                except ValueError:
+                    pass
+            elif name in scopes:
+                t.scopes[name].append([s, e])
+                if args.get("External id") is not None:
+                    t.scope_ids[args["External id"]] = (name, s)
         elif cat in GPU_CATS:
-            gpu.append((cat, name, s, e, args.get("stream"), args.get("correlation"),
-                        args.get("bytes", 0) or 0))
+            if cat == "kernel":
+                kind = "kernel"
+            elif cat == "gpu_memset":
+                kind = "memset"
+            else:
+                kind = "h2d" if "HtoD" in name else "memcpy"
+            t.gpu.append((kind, s, e, args.get("stream"), args.get("correlation"), args.get("bytes", 0) or 0))
         elif cat in ("cuda_runtime", "cuda_driver"):
-            runtime.append((name, s, e, args.get("correlation")))
-    return sorted(steps), scopes, gpu, runtime, threads
+            t.runtime.append((names.setdefault(name, name), s, e, args.get("correlation")))
+        elif cat == "gpu_user_annotation":
+            t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
+    t.steps.sort()
+    return t
+
+
+# --------------------------------------------------------------------------- attribution
+
+class _Finder:
+    """Which of a set of disjoint [start, end) slices holds a time (steps, or the four scopes of the main thread)."""
+
+    def __init__(self, slices):  # slices: (start, end, label)
+        self.slices = sorted(slices)
+        self.starts = [s for s, _, _ in self.slices]
+
+    def __call__(self, t):
+        i = bisect.bisect_right(self.starts, t) - 1
+        if i >= 0 and t < self.slices[i][1]:
+            return self.slices[i][2]
+        return None
+
+
+def attribute(t):
+    """Each GPU event to the step (and scope) that launched it; the leftovers to their own buckets.
+
+    Returns ({step: [(event, scope)]}, {step: [runtime calls]}, before_trace_events, outside_step_events,
+    by_clock_count, launch_time) where launch_time(event) is when its launch call started: -inf when it
+    was launched before the trace, +inf when unknown (no correlation id).
+    """
+    in_step = _Finder([(a, b, num) for num, a, b in t.steps])
+    in_scope = _Finder([(s, e, name) for name, slices in t.scopes.items() for s, e in slices])
+    launched = {}
+    runtime_by_step = defaultdict(list)
+    for call in t.runtime:
+        name, s, e, corr = call
+        num = in_step(s)
+        if num is not None:
+            runtime_by_step[num].append(call)
+        if corr is not None:
+            launched[corr] = (num, in_scope(s) or OUTSIDE_SCOPES, s)
+    by_step, before, outside, by_clock = defaultdict(list), [], [], 0
+    for ev in t.gpu:
+        corr = ev[4]
+        if corr is None:  # no correlation id at all: the only case for the clock
+            num, scope = in_step(ev[1]), in_scope(ev[1]) or OUTSIDE_SCOPES
+            by_clock += 1
+        elif corr in launched:
+            num, scope, _ = launched[corr]
+        else:
+            before.append(ev)
+            continue
+        if num is None:
+            outside.append(ev)
+        else:
+            by_step[num].append((ev, scope))
+
+    def launch_time(ev):
+        if ev[4] is None:
+            return float("inf")
+        found = launched.get(ev[4])
+        return found[2] if found else float("-inf")
+
+    return by_step, runtime_by_step, before, outside, by_clock, launch_time
 
 
 # --------------------------------------------------------------------------- figures
 
-def figures(wall, span, timeline, mine, runtime, has_gpu):
-    """The figures of one stretch of time: span is a list of [start, end) step intervals.
+class Busy:
+    """The GPU's merged busy intervals, each with the launch time of the event that opens it."""
 
-    timeline: the whole trace's merged intervals (scopes, GPU busy, kernels), built once;
-    mine: the GPU events launched by this stretch's CPU calls; runtime: its CUDA API calls.
-    """
-    scopes = timeline["scopes"]
-    out = {"wall_us": wall,
-           "scopes_cpu_us": {n: total(intersect(scopes[n], span)) for n in SCOPES}}
-    if not has_gpu:
-        out.update(gpu_busy_us=None, gpu_idle_us=None, gpu_idle_share=None, input_gap_us=None,
-                   input_gap_share=None, gpu_work_us=None, gpu_lag_us=None, h2d=None, kernels=None,
-                   launch_cpu_us=None, launch_to_busy=None, sync=None, gpu_null_reason=NO_GPU)
+    def __init__(self, gpu, launch_time):
+        self.merged, self.opened_by = [], []
+        for ev in sorted(gpu, key=lambda ev: ev[1]):
+            s, e = ev[1], ev[2]
+            if self.merged and s <= self.merged[-1][1]:
+                if e > self.merged[-1][1]:
+                    self.merged[-1][1] = e
+            else:
+                self.merged.append([s, e])
+                self.opened_by.append(launch_time(ev))
+        self.starts = [s for s, _ in self.merged]
+
+    def host_wait(self, idle):
+        """The parts of idle intervals during which the GPU waited for the host: the work that ends the idle
+        interval had not been launched yet (HTA's host wait). After the last GPU event: all of it."""
+        out = []
+        for a, b in idle:
+            i = bisect.bisect_left(self.starts, b)
+            launch = self.opened_by[i] if i < len(self.starts) else float("inf")
+            if launch > a:
+                out.append([a, min(b, launch)])
         return out
-    busy_all = timeline["busy"]
-    busy = intersect(busy_all, span)
-    idle = [iv for a, b in span for iv in complement(busy_all, a, b)]
-    busy_us, idle_us = total(busy), total(idle)
-    gap_us = total(intersect(union(idle), scopes[NEXT_BATCH]))
-    kernels_all = timeline["kernels"]
 
-    kernels = [e - s for c, _, s, e, _, _, _ in mine if c == "kernel"]
-    h2d = [(s, e, b) for c, n, s, e, _, _, b in mine if c == "gpu_memcpy" and "HtoD" in n]
+
+def idle_figures(busy, span, next_batch):
+    """busy, idle, input gap over span (a merged list of [start, end)).
+
+    input gap: idle time inside an input/next_batch slice while the GPU waited for the host (nothing was
+    queued): GPU-side gaps between queued kernels are idle, but no input wait.
+    """
+    if not span:
+        return None
+    length = total(span)
+    busy_us = total(intersect(busy.merged, span))
+    idle = union([iv for a, b in span for iv in complement(busy.merged, a, b)])
+    idle_us = total(idle)
+    waiting = busy.host_wait(idle)
+    gap_us = total(intersect(waiting, next_batch))
+    return {"span_us": length, "busy_us": busy_us, "idle_us": idle_us,
+            "idle_share": idle_us / length if length else None, "host_wait_us": total(waiting),
+            "input_gap_us": gap_us, "input_gap_share": gap_us / idle_us if idle_us else 0.0}
+
+
+def work_figures(mine, runtime, kernels_all):
+    """Counts and GPU time of a set of (event, scope) the same launch made: kernels, copies, launches, syncs."""
+    events = [ev for ev, _ in mine]
+    kernels = [e - s for k, s, e, _, _, _ in events if k == "kernel"]
+    h2d = [(s, e, b) for k, s, e, _, _, b in events if k == "h2d"]
     h2d_intervals = union([[s, e] for s, e, _ in h2d])
-    mine_intervals = union([[s, e] for _, _, s, e, _, _, _ in mine])
-    gpu_work_us = total(mine_intervals)
-    gpu_lag_us = max(0.0, mine_intervals[-1][1] - max(b for _, b in span)) if mine_intervals else 0.0
-    launches = [e - s for n, s, e, _ in runtime if n in LAUNCH_CALLS]
+    by_scope = defaultdict(list)
+    for (_, s, e, _, _, _), scope in mine:
+        by_scope[scope].append([s, e])
+    launches = [(n, e - s) for n, s, e, _ in runtime if n in LAUNCH_CALLS]
     syncs = [e - s for n, s, e, _ in runtime if n in SYNC_CALLS]
-    out.update(
-        gpu_busy_us=busy_us, gpu_idle_us=idle_us,
-        gpu_idle_share=idle_us / wall if wall else None,
-        input_gap_us=gap_us, input_gap_share=gap_us / idle_us if idle_us else 0.0,
-        gpu_work_us=gpu_work_us, gpu_lag_us=gpu_lag_us,
-        h2d={"count": len(h2d), "bytes": int(sum(b for _, _, b in h2d)),
-             "us": sum(e - s for s, e, _ in h2d),
-             "overlapped_with_kernels_us": total(intersect(h2d_intervals, kernels_all))},
-        kernels={"count": len(kernels),
-                 "median_us": statistics.median(kernels) if kernels else None,
-                 "share_under_10us": (sum(k < SMALL_KERNEL_US for k in kernels) / len(kernels)
-                                      if kernels else None)},
-        launch_cpu_us=sum(launches),
-        launch_to_busy=sum(launches) / busy_us if busy_us else None,
-        sync={"count": len(syncs), "cpu_us": sum(syncs)},
-        gpu_null_reason=None,
-    )
-    return out
-
-
-def summarize_events(events, name="trace"):
-    steps, scopes, gpu, runtime, threads = extract(events)
-    if not steps:
-        raise TraceError(f"{name}: no ProfilerStep#N slices: was it written by torch.profiler with a schedule?")
-    has_gpu = bool(gpu)
-    corr_step = {}
-    runtime_by_step = defaultdict(list)
-    for n, s, e, corr in runtime:
-        for num, a, b in steps:
-            if a <= s < b:
-                runtime_by_step[num].append((n, s, e, corr))
-                if corr is not None:
-                    corr_step[corr] = num
-                break
-    gpu_by_step = defaultdict(list)
-    for ev in gpu:
-        num = corr_step.get(ev[5])
-        if num is None:  # no correlation: fall back on where it ran
-            num = next((k for k, a, b in steps if a <= ev[2] < b), None)
-        if num is not None:
-            gpu_by_step[num].append(ev)
-    timeline = {"scopes": {n: union(scopes.get(n, [])) for n in SCOPES},
-                "busy": union([[s, e] for _, _, s, e, _, _, _ in gpu]),
-                "kernels": union([[s, e] for c, _, s, e, _, _, _ in gpu if c == "kernel"])}
-    per_step = [{"step": num, **figures(b - a, [[a, b]], timeline, gpu_by_step[num], runtime_by_step[num], has_gpu)}
-                for num, a, b in steps]
-    window = figures(sum(b - a for _, a, b in steps), [[a, b] for _, a, b in steps], timeline,
-                     [ev for k in gpu_by_step for ev in gpu_by_step[k]],
-                     [r for k in runtime_by_step for r in runtime_by_step[k]], has_gpu)
-    window["steps"] = len(steps)
-    window["median_step_us"] = statistics.median(b - a for _, a, b in steps)
-    crossing = crossing_slices(threads)
     return {
-        "trace": name,
-        "has_gpu": has_gpu,
-        "gpu_idle_share": window["gpu_idle_share"],
-        "input_gap_share": window["input_gap_share"],
-        # The GPU still works on this window's steps after their CPU side ended: GPU-bound.
-        "cpu_runs_ahead": has_gpu and window["gpu_work_us"] > window["wall_us"],
-        "gpu_null_reason": None if has_gpu else NO_GPU,
-        "window": window,
-        "steps": per_step,
-        "crossing_slices": {"count": sum(crossing.values()),
-                            "by_thread": {f"{p}/{t}": n for (p, t), n in crossing.items()},
-                            "note": "slices that cross another on the same thread; Perfetto v57.1 "
-                                    "or later shows them, older versions drop them"},
-        "caveat": CAVEAT,
+        "gpu_work_us": total(union([[s, e] for _, s, e, _, _, _ in events])),
+        "gpu_work_by_scope_us": {scope: total(union(iv)) for scope, iv in sorted(by_scope.items())},
+        "h2d": {"count": len(h2d), "bytes": int(sum(b for _, _, b in h2d)), "us": sum(e - s for s, e, _ in h2d),
+                "overlapped_with_kernels_us": total(intersect(h2d_intervals, kernels_all))},
+        "kernels": {"count": len(kernels),
+                    "median_us": statistics.median(kernels) if kernels else None,
+                    "share_under_10us": (sum(k < SMALL_KERNEL_US for k in kernels) / len(kernels)
+                                         if kernels else None)},
+        "other_gpu_events": len(events) - len(kernels) - len(h2d),
+        "launch_cpu_us": sum(d for _, d in launches),
+        "graph_launches": sum(n in GRAPH_LAUNCH_CALLS for n, _ in launches),
+        "sync": {"count": len(syncs), "cpu_us": sum(syncs)},
     }
 
 
+def bucket(events, kernels_all):
+    """A line's worth about GPU events charged to no step (launched before the trace, or between steps)."""
+    if not events:
+        return {"events": 0, "kernels": 0, "gpu_work_us": 0.0, "first_us": None, "last_us": None}
+    return {"events": len(events), "kernels": sum(ev[0] == "kernel" for ev in events),
+            "gpu_work_us": total(union([[s, e] for _, s, e, _, _, _ in events])),
+            "first_us": min(ev[1] for ev in events), "last_us": max(ev[2] for ev in events)}
+
+
+def gpu_slots(steps, by_step):
+    """Each step's stretch of the GPU timeline: [its first GPU start, the next step's first GPU start).
+
+    Returns {step: [start, end] or None}, and the reason when the stretches are undefined.
+    """
+    firsts = [(num, min(ev[1] for ev, _ in by_step[num])) for num, _, _ in steps if by_step.get(num)]
+    if not firsts:
+        return {}, "no GPU work was launched inside the window"
+    if any(b[1] < a[1] for a, b in zip(firsts, firsts[1:])):
+        return {}, "a later step's GPU work starts before an earlier step's: the steps' GPU stretches are undefined"
+    last_end = max(ev[2] for num, _ in firsts for ev, _ in by_step[num])
+    bounds = [f for _, f in firsts] + [last_end]
+    return {num: [bounds[i], bounds[i + 1]] for i, (num, _) in enumerate(firsts)}, None
+
+
+def summarize_events(events, name="trace"):
+    t = extract(events)
+    if not t.steps:
+        raise TraceError(f"{name}: no ProfilerStep#N slices: was it written by torch.profiler with a schedule?")
+    has_gpu = bool(t.gpu)
+    by_step, runtime_by_step, before, outside, by_clock, launch_time = attribute(t)
+    scopes = {n: union(t.scopes.get(n, [])) for n in SCOPES}
+    busy_all = Busy(t.gpu, launch_time)
+    kernels_all = union([[s, e] for k, s, e, _, _, _ in t.gpu if k == "kernel"])
+    walls = [b - a for _, a, b in t.steps]
+    window_cpu = [[a, b] for _, a, b in t.steps]
+    crossing = crossing_slices(t.threads)
+    evidence = {"trace": name, "has_gpu": has_gpu, "notes": [], "caveat": CAVEAT,
+                "crossing_slices": {"count": sum(crossing.values()),
+                                    "by_thread": {f"{p}/{tid}": n for (p, tid), n in crossing.items()},
+                                    "note": "slices that cross another on the same thread; Perfetto v57.1 "
+                                            "or later shows them, older versions drop them"}}
+    cpu_figs = lambda span: {"wall_us": sum(b - a for a, b in span),
+                             "scopes_cpu_us": {n: total(intersect(scopes[n], span)) for n in SCOPES}}
+    if not has_gpu:
+        nulls = dict(gpu_idle_share=None, input_gap_share=None, gpu_work_us=None, gpu_span_us=None,
+                     gpu_null_reason=NO_GPU)
+        per_step = [{"step": num, **cpu_figs([[a, b]]), "pace_us": b - a, **nulls} for num, a, b in t.steps]
+        window = {**cpu_figs(window_cpu), "pace_us": sum(walls), **nulls,
+                  "steps": len(t.steps), "median_step_us": statistics.median(walls)}
+        evidence.update(gpu_idle_share=None, input_gap_share=None, cpu_runs_ahead=False, idle_basis=None,
+                        gpu_null_reason=NO_GPU, window=window, steps=per_step,
+                        launched_before_trace=None, launched_outside_steps=None, attributed_by_clock=0)
+        return evidence
+
+    slots, slot_reason = gpu_slots(t.steps, by_step)
+    all_mine = [m for num, _, _ in t.steps for m in by_step.get(num, [])]
+    window_work = work_figures(all_mine, [r for num, _, _ in t.steps for r in runtime_by_step.get(num, [])],
+                               kernels_all)
+    cpu_end = max(b for _, _, b in t.steps)
+    last_gpu_end = max((ev[2] for ev, _ in all_mine), default=None)
+    lag = max(0.0, last_gpu_end - cpu_end) if last_gpu_end is not None else 0.0
+    runs_ahead = lag > statistics.median(walls) or window_work["gpu_work_us"] > sum(walls)
+    basis = "gpu_timeline" if runs_ahead else "cpu_steps"
+
+    window_span = [[min(ev[1] for ev, _ in all_mine), last_gpu_end]] if all_mine else []
+    annotations = defaultdict(float)
+    in_step = _Finder([(a, b, n) for n, a, b in t.steps])
+    for ann_name, s, e, ext in t.annotations:
+        scope = t.scope_ids.get(ext)
+        if scope and scope[0] == ann_name:
+            num = in_step(scope[1])
+            if num is not None:
+                annotations[(num, ann_name)] += e - s
+
+    def views(cpu_span, gpu_span):
+        cpu = idle_figures(busy_all, cpu_span, scopes[NEXT_BATCH])
+        gpu = idle_figures(busy_all, gpu_span, scopes[NEXT_BATCH]) if gpu_span else None
+        return {"cpu_steps": cpu, "gpu_timeline": gpu}
+
+    def fill(out, v, reason):
+        chosen = v[basis]
+        out["idle"] = v
+        for key, src in (("gpu_busy_us", "busy_us"), ("gpu_idle_us", "idle_us"), ("gpu_idle_share", "idle_share"),
+                         ("host_wait_us", "host_wait_us"), ("input_gap_us", "input_gap_us"),
+                         ("input_gap_share", "input_gap_share")):
+            out[key] = chosen[src] if chosen else None
+        out["pace_us"] = chosen["span_us"] if chosen else None
+        out["gpu_null_reason"] = None if chosen else reason
+        if out["launch_cpu_us"] is not None:
+            out["launch_to_busy"] = (out["launch_cpu_us"] / out["gpu_busy_us"]) if out.get("gpu_busy_us") else None
+
+    per_step = []
+    for num, a, b in t.steps:
+        mine = by_step.get(num, [])
+        step = {"step": num, **cpu_figs([[a, b]]), **work_figures(mine, runtime_by_step.get(num, []), kernels_all)}
+        slot = slots.get(num)
+        step["gpu_span_us"] = (slot[1] - slot[0]) if slot else None
+        step["gpu_lag_us"] = max(0.0, max(ev[2] for ev, _ in mine) - b) if mine else 0.0
+        step["gpu_annotation_us"] = {sc: annotations[(num, sc)] for sc in SCOPES if (num, sc) in annotations}
+        reason = slot_reason if slot is None else None
+        if slot and step["gpu_work_us"] > step["gpu_span_us"] + EPS_US:
+            reason = (f"the GPU work this step launched ({step['gpu_work_us']:.1f} us) exceeds its GPU span "
+                      f"({step['gpu_span_us']:.1f} us): steps' GPU work overlaps, the per-step GPU span is undefined")
+            slot, step["gpu_span_us"] = None, None
+        step["gpu_span_null_reason"] = None if slot else (reason or "this step launched no GPU work")
+        fill(step, views([[a, b]], [slot] if slot else []), step["gpu_span_null_reason"])
+        per_step.append(step)
+
+    window = {**cpu_figs(window_cpu), **window_work, "gpu_lag_us": lag,
+              "gpu_span_us": total(window_span) if window_span else None}
+    window["gpu_span_null_reason"] = None if window_span else "no GPU work was launched inside the window"
+    if window_span and window["gpu_work_us"] > window["gpu_span_us"] + EPS_US:  # cannot happen unless a bug
+        window["gpu_span_null_reason"] = (
+            f"GPU work launched in the window ({window['gpu_work_us']:.1f} us) exceeds its GPU span "
+            f"({window['gpu_span_us']:.1f} us): attribution is inconsistent")
+        window["gpu_span_us"] = None
+    fill(window, views(window_cpu, [[a, b] for a, b in window_span] if window["gpu_span_us"] else []),
+         window["gpu_span_null_reason"])
+    window.update(steps=len(t.steps), median_step_us=statistics.median(walls))
+
+    pre, out = bucket(before, kernels_all), bucket(outside, kernels_all)
+    if runs_ahead:
+        evidence["notes"].append(RUN_AHEAD)
+    if window_work["graph_launches"]:
+        evidence["notes"].append(GRAPHS)
+    if pre["events"]:
+        evidence["notes"].append(
+            f"launched before the trace: {pre['kernels']} kernels and {pre['events'] - pre['kernels']} other GPU "
+            f"events ({pre['gpu_work_us'] / 1e3:.2f} ms of GPU time) whose launch call is not in the trace: "
+            "charged to no step (Kineto also drops such work that started before the trace began)")
+    if out["events"]:
+        evidence["notes"].append(f"launched between the steps: {out['kernels']} kernels, "
+                                 f"{out['gpu_work_us'] / 1e3:.2f} ms of GPU time, charged to no step")
+    evidence.update(
+        gpu_idle_share=window["gpu_idle_share"], input_gap_share=window["input_gap_share"],
+        cpu_runs_ahead=runs_ahead, idle_basis=basis, gpu_null_reason=window["gpu_null_reason"],
+        window=window, steps=per_step, launched_before_trace=pre, launched_outside_steps=out,
+        attributed_by_clock=by_clock)
+    return evidence
+
+
 def summarize_file(path):
-    return summarize_events(load_events(path), name=path)
+    return summarize_events(iter_events(path), name=path)
 
 
 def headline(evidences):
-    """The figures logged as Polyaxon outputs, pooled over one or several traces' windows."""
+    """The figures logged as Polyaxon outputs, pooled over one or several traces' windows.
+
+    profiled_step_ms is the basis span per step (the CPU's step, or the GPU's when the CPU runs
+    ahead); the idle shares come from each window's own basis. Invariant: gpu_work_ms_per_step
+    never exceeds gpu_span_ms_per_step; were it to, gpu_work_ms_per_step is null and the reason given.
+    """
     if isinstance(evidences, dict):
         evidences = [evidences]
     windows = [ev["window"] for ev in evidences]
-    wall = sum(w["wall_us"] for w in windows)
     steps = sum(w["steps"] for w in windows)
-    out = {"profiled_step_ms": wall / steps / 1000.0, "gpu_idle_share": None, "input_gap_share": None,
-           "gpu_work_ms_per_step": None}
-    if all(ev["has_gpu"] for ev in evidences):
-        idle = sum(w["gpu_idle_us"] for w in windows)
-        out["gpu_idle_share"] = idle / wall if wall else None
-        out["input_gap_share"] = sum(w["input_gap_us"] for w in windows) / idle if idle else 0.0
-        out["gpu_work_ms_per_step"] = sum(w["gpu_work_us"] for w in windows) / steps / 1000.0
+    out = {"profiled_step_ms": None, "gpu_idle_share": None, "input_gap_share": None,
+           "gpu_work_ms_per_step": None, "gpu_span_ms_per_step": None, "cpu_step_ms": None,
+           "cpu_runs_ahead": any(ev.get("cpu_runs_ahead") for ev in evidences), "null_reasons": {}}
+    out["cpu_step_ms"] = sum(w["wall_us"] for w in windows) / steps / 1e3
+    bases = {ev.get("idle_basis") for ev in evidences}
+    out["idle_basis"] = bases.pop() if len(bases) == 1 else "mixed"
+    if all(w.get("pace_us") is not None for w in windows):
+        out["profiled_step_ms"] = sum(w["pace_us"] for w in windows) / steps / 1e3
+    if not all(ev["has_gpu"] for ev in evidences):
+        out["null_reasons"]["gpu"] = NO_GPU
+        return out
+    missing = [w["gpu_null_reason"] for w in windows if w["gpu_null_reason"]]
+    if missing:
+        out["null_reasons"]["gpu"] = "; ".join(dict.fromkeys(missing))
+        return out
+    pace = sum(w["pace_us"] for w in windows)
+    idle = sum(w["gpu_idle_us"] for w in windows)
+    out["gpu_idle_share"] = idle / pace if pace else None
+    out["input_gap_share"] = sum(w["input_gap_us"] for w in windows) / idle if idle else 0.0
+    spans = [w["gpu_span_null_reason"] for w in windows if w["gpu_span_null_reason"]]
+    if spans:
+        out["null_reasons"]["gpu_span_ms_per_step"] = out["null_reasons"]["gpu_work_ms_per_step"] = \
+            "; ".join(dict.fromkeys(spans))
+        return out
+    out["gpu_span_ms_per_step"] = sum(w["gpu_span_us"] for w in windows) / steps / 1e3
+    work = sum(w["gpu_work_us"] for w in windows) / steps / 1e3
+    if work > out["gpu_span_ms_per_step"] + EPS_US / 1e3:
+        out["null_reasons"]["gpu_work_ms_per_step"] = (
+            f"GPU work per step ({work:.3f} ms) exceeds the GPU span per step ({out['gpu_span_ms_per_step']:.3f} ms)")
+    else:
+        out["gpu_work_ms_per_step"] = work
     return out
 
 
 # --------------------------------------------------------------------------- printing
+
+def _scope_ms(scope):
+    return lambda f: f["gpu_work_by_scope_us"].get(scope, 0.0) / 1e3
+
 
 ROWS = [  # label, getter, format
     ("step wall ms", lambda f: f["wall_us"] / 1e3, "{:.2f}"),
@@ -290,7 +698,9 @@ ROWS = [  # label, getter, format
     ("gpu idle share", lambda f: f["gpu_idle_share"], "{:.3f}"),
     ("input gap ms", lambda f: f["input_gap_us"] / 1e3, "{:.2f}"),
     ("input gap / idle", lambda f: f["input_gap_share"], "{:.3f}"),
+    ("gpu span ms", lambda f: f["gpu_span_us"] / 1e3, "{:.2f}"),
     ("gpu work launched ms", lambda f: f["gpu_work_us"] / 1e3, "{:.2f}"),
+    *[(f"  launched in {n} ms", _scope_ms(n), "{:.2f}") for n in SCOPES],
     ("gpu lag after step ms", lambda f: f["gpu_lag_us"] / 1e3, "{:.2f}"),
     ("h2d copies", lambda f: f["h2d"]["count"], "{:d}"),
     ("h2d MB", lambda f: f["h2d"]["bytes"] / 1e6, "{:.2f}"),
@@ -300,6 +710,7 @@ ROWS = [  # label, getter, format
     ("kernel median us", lambda f: f["kernels"]["median_us"], "{:.1f}"),
     ("kernels < 10us", lambda f: f["kernels"]["share_under_10us"], "{:.3f}"),
     ("launch cpu ms", lambda f: f["launch_cpu_us"] / 1e3, "{:.2f}"),
+    ("graph launches", lambda f: f["graph_launches"], "{:d}"),
     ("launch / gpu busy", lambda f: f["launch_to_busy"], "{:.3f}"),
     ("sync calls", lambda f: f["sync"]["count"], "{:d}"),
     ("sync cpu ms", lambda f: f["sync"]["cpu_us"] / 1e3, "{:.2f}"),
@@ -310,10 +721,13 @@ def mean_per_step(window):
     """The window's additive figures divided by its step count (shares and medians stay)."""
     n = window["steps"]
     m = dict(window)
-    for k in ("wall_us", "gpu_busy_us", "gpu_idle_us", "input_gap_us", "gpu_work_us", "launch_cpu_us"):
+    for k in ("wall_us", "gpu_busy_us", "gpu_idle_us", "input_gap_us", "gpu_work_us", "launch_cpu_us",
+              "gpu_span_us", "graph_launches"):
         if m.get(k) is not None:
             m[k] = m[k] / n
     m["scopes_cpu_us"] = {k: v / n for k, v in window["scopes_cpu_us"].items()}
+    if m.get("gpu_work_by_scope_us") is not None:
+        m["gpu_work_by_scope_us"] = {k: v / n for k, v in window["gpu_work_by_scope_us"].items()}
     for group, keys in (("h2d", ("count", "bytes", "us", "overlapped_with_kernels_us")),
                         ("kernels", ("count",)), ("sync", ("count", "cpu_us"))):
         if m.get(group) is not None:
@@ -370,9 +784,13 @@ def format_table(evidences):
     for ev in evidences:
         if not ev["has_gpu"]:
             parts.append(f"{ev['trace']}: {NO_GPU}")
-        if ev.get("cpu_runs_ahead"):
-            parts.append(f"{ev['trace']}: the CPU runs ahead of the GPU (gpu work launched > step wall): "
-                         "GPU-bound; busy and idle are clipped to the CPU's steps, read gpu work instead")
+            continue
+        parts.append(f"{ev['trace']}: idle basis {ev['idle_basis']}")
+        for note in ev["notes"]:
+            parts.append(f"{ev['trace']}: {note}")
+        for s in ev["steps"]:
+            if s["gpu_span_null_reason"] and s["gpu_work_us"]:
+                parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
         if ev["crossing_slices"]["count"]:
             parts.append(f"{ev['trace']}: {ev['crossing_slices']['count']} crossing slices "
                          "(open in Perfetto v57.1 or later, older versions drop them)")

@@ -22,9 +22,11 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     torchrun --nproc-per-node 2 train.py --ddp --mode profile --workers 4
     python ranks.py OUTPUTS/traces          # the evidence across ranks: the slow rank and its stage
 
-mode=profile: warm-up steps, then torch.profiler with schedule(wait=1, warmup=1,
+mode=profile: warm-up steps, 10 unprofiled steps timed (the profiler's cost is
+measured against them), then torch.profiler with schedule(wait=1, warmup=1,
 active=3, repeat=2) over 10 steps: two Chrome traces (open them in
 ui.perfetto.dev), operator tables, trace evidence (summarize.py), run.json.
+--profile-detail lean drops record_shapes, profile_memory and with_stack.
 mode=bench: the same warm-up, then a synchronized window of --bench-steps
 batches without the profiler: samples_per_sec.
 """
@@ -101,6 +103,10 @@ def build_parser():
     p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default: 0.1)")
     p.add_argument("--momentum", type=non_negative_float, default=0.9, help="SGD momentum (default: 0.9)")
     p.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="SGD weight decay (default: 5e-4)")
+    p.add_argument("--profile-detail", choices=sorted(profiling.DETAIL), default="full",
+                   help="mode=profile: full records shapes, memory and Python stacks (the tutorial's capture); "
+                        "lean records none of them, so the profiled main process runs closer to its "
+                        "unprofiled pace (default: full)")
     p.add_argument("--trace-format", choices=["json.gz", "json"], default="json.gz",
                    help="Chrome trace files: gzipped (about ten times smaller; Perfetto opens both) "
                         "or plain (default: json.gz)")
@@ -393,8 +399,9 @@ def warm_up(torch, step, device, args, stop):
 
 # --------------------------------------------------------------------------- the two modes
 
-def run_profile(torch, step, device, out_dir, args, stop, world):
-    """Ten steps under the tutorial's schedule; one trace and two operator tables per cycle, then the evidence."""
+def run_profile(torch, step, device, out_dir, args, loader, stop, world):
+    """The profiler's cost first (unprofiled steps, timed), then ten steps under the tutorial's schedule:
+    one trace and two operator tables per cycle, every pause between steps timed, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
     cuda = device.type == "cuda"
@@ -403,21 +410,34 @@ def run_profile(torch, step, device, out_dir, args, stop, world):
         print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks", file=sys.stderr)
     save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir,  # traces/rank{R}/ in DDP
                                        skip=lambda: stop.requested)
-    with stop.steps("profile"), profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
-                                        record_shapes=True, profile_memory=True, with_stack=True) as profiler:
-        for _ in range(PROFILE_STEPS):
-            step()
-            profiler.step()  # writes a cycle's trace at its end
-            stop.step_done()
+    with stop.steps("profile"):
+        unprofiled, last_step_end = profiling.time_unprofiled(step, PROFILE_STEPS, lambda: synchronize(torch, device))
+        pauses = profiling.Pauses(since=last_step_end)
+        with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
+                     **profiling.DETAIL[args.profile_detail]) as profiler:
+            for _ in range(PROFILE_STEPS):
+                pauses.before_step()
+                step()
+                pauses.after_step()
+                profiler.step()  # writes a cycle's trace at its end
+                stop.step_done()
     # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
-    evidence = profiling.write_evidence(save_trace.cycles)
+    workers = loader.get("num_workers") or 0
+    depth = workers * (loader.get("prefetch_factor") or 0)
+    evidence = profiling.write_evidence(save_trace.cycles, {
+        "detail": args.profile_detail, "unprofiled": unprofiled, "pauses_s": pauses.seconds,
+        "queue_depth": depth, "queue": f"{workers} workers x prefetch_factor {loader.get('prefetch_factor')}"
+        if workers else "no worker processes", "workers": workers, "device_input": loader["kind"] == "device"})
     return {
         "evidence": evidence,
+        "unprofiled": unprofiled,
+        "pauses_s": pauses.seconds,
         "activities": [a.name for a in activities],
         "gpu_tracks": cuda,
         "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
         "schedule": SCHEDULE,
-        "options": {"record_shapes": True, "profile_memory": True, "with_stack": True},
+        "profile_detail": args.profile_detail,
+        "options": profiling.DETAIL[args.profile_detail],
         "cycles": save_trace.cycles,
         "profiling_caveat": profiling.summarize.CAVEAT,
     }
@@ -582,7 +602,8 @@ def main(argv=None):
             record["cuda_graph"] = step.info
 
         if args.mode == "profile":
-            record["results"] = results = run_profile(torch, step, device, record.out_dir, args, stop, world)
+            record["results"] = results = run_profile(torch, step, device, record.out_dir, args, facts["loader"],
+                                                      stop, world)
             outputs = profiling.log_cycles(record, results)
             outputs.update(world.profile_evidence(record, results))  # DDP: the slow rank and its stage
         else:

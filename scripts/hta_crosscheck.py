@@ -1,13 +1,20 @@
-"""Cross-check summarize.py's and ranks.py's figures against Holistic Trace Analysis (HTA).
+"""Cross-check summarize.py's idle and launch figures against Holistic Trace Analysis (HTA).
 
-    pip install holistictraceanalysis==0.5.0 'pandas<3'   # a separate venv: HTA needs pandas < 3
-    HTA_DISABLE_NS_ROUNDING=1 python scripts/hta_crosscheck.py TRACE [TRACE ...]
-    HTA_DISABLE_NS_ROUNDING=1 python scripts/hta_crosscheck.py --ranks OUTPUTS/traces    # a DDP run's per-rank traces
+    pip install --target /tmp/hta holistictraceanalysis==0.5.0 plotly networkx pydot   # or traceinsight
+    PYTHONPATH=/tmp/hta python scripts/hta_crosscheck.py TRACE [TRACE ...] > crosscheck.md
+    PYTHONPATH=/tmp/hta python scripts/hta_crosscheck.py --ranks OUTPUTS/traces   # a DDP run's per-rank traces
 
-HTA keeps one rank-less trace per folder, so each trace is copied into a folder of its own.
-HTA's idle time is per stream: gaps between consecutive GPU events over the span from the first
-to the last GPU event, which is not quite summarize.py's window (the ProfilerStep slices):
-expect agreement within a few percentage points, not to the digit.
+One markdown row per trace: summarize.py's idle share (and its basis), the host-wait part of its idle
+time and its input gap, beside HTA's temporal breakdown (idle share), its idle-time breakdown (host wait,
+kernel wait, other: get_idle_time_breakdown, summed over streams) and its kernel launch statistics
+(get_cuda_kernel_launch_stats: one row per launch whose CPU call and GPU event share a correlation id),
+against the same launch statistics computed here from summarize.py's reading of the trace.
+
+The definitions differ, so expect agreement in kind, not to the digit: HTA's idle time is per stream
+over the span from the trace's first to its last GPU event (work launched before the trace included);
+summarize.py's is the union over streams, over the CPU's steps or, when the CPU runs ahead, over the
+GPU span of the work the window launched. HTA's launch statistics skip cudaGraphLaunch (its kernels
+share one correlation id), so for graph replays they cover only the few eager launches left.
 
 --ranks: for each profiling cycle, TraceAnalysis(trace_files={rank: trace}) over that cycle's
 per-rank traces; HTA's temporal breakdown (idle share per rank), its communication/computation
@@ -18,26 +25,82 @@ at the collective, ranks.py's slowest rank). HTA reads GPU traces only: CPU (glo
 import argparse
 import os
 import re
-import shutil
+import statistics
 import sys
-import tempfile
+import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 import ranks  # noqa: E402
 import summarize  # noqa: E402
 
+MEMORY_CALLS = {"cudaMemcpyAsync", "cudaMemsetAsync"}
 
-def hta_idle_share(trace):
+
+def our_launch_stats(trace):
+    """HTA's definition from summarize.py's reading: per launch call (kernel, memcpy, memset; not graphs)
+    with GPU work of its correlation id in the trace: CPU duration and delay from the call's end to the
+    GPU work's start."""
+    t = summarize.extract(summarize.iter_events(trace))
+    first_gpu = {}
+    for _, s, _, _, corr, _ in t.gpu:
+        if corr is not None and (corr not in first_gpu or s < first_gpu[corr]):
+            first_gpu[corr] = s
+    calls = (summarize.LAUNCH_CALLS - summarize.GRAPH_LAUNCH_CALLS) | MEMORY_CALLS
+    rows = [(e - s, first_gpu[corr] - e) for name, s, e, corr in t.runtime if name in calls and corr in first_gpu]
+    return {"launches": len(rows), "median_cpu_us": statistics.median(r[0] for r in rows) if rows else None,
+            "median_delay_us": statistics.median(r[1] for r in rows) if rows else None}
+
+
+def hta_figures(trace):
     os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
     from hta.trace_analysis import TraceAnalysis
-    with tempfile.TemporaryDirectory() as d:
-        shutil.copy(trace, os.path.join(d, os.path.basename(trace)))
-        analysis = TraceAnalysis(trace_dir=d, include_last_profiler_step=True)
-        breakdown = analysis.get_temporal_breakdown(visualize=False)
-    row = breakdown.iloc[0]
-    return float(row["idle_time_pctg"]) / 100.0
+    # trace_files avoids HTA's one-trace-per-folder rule; an absolute path survives its join with trace_dir.
+    analysis = TraceAnalysis(trace_files={0: os.path.abspath(trace)}, include_last_profiler_step=True)
+    temporal = analysis.get_temporal_breakdown(visualize=False).iloc[0]
+    idle, _ = analysis.get_idle_time_breakdown(visualize=False)
+    by_category = idle.groupby("idle_category")["idle_time"].sum()
+    idle_total = float(by_category.sum())
+    launches = analysis.get_cuda_kernel_launch_stats(visualize=False)[0]
+    return {"idle_share": float(temporal["idle_time_pctg"]) / 100.0,
+            "breakdown": {c: (float(by_category.get(c, 0.0)) / idle_total if idle_total else None)
+                          for c in ("host_wait", "kernel_wait", "other")},
+            "launches": len(launches),
+            "median_cpu_us": float(launches["cpu_duration"].median()) if len(launches) else None,
+            "median_delay_us": float(launches["launch_delay"].median()) if len(launches) else None}
+
+
+def label(trace):
+    """The run's settings that matter here, from run.json beside the trace (when it is there)."""
+    import json
+    path = os.path.join(trace.split(os.sep + "traces" + os.sep)[0], "run.json")
+    try:
+        with open(path) as f:
+            s = json.load(f)["settings"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    shown = [f"workers={s.get('workers')}"] + [k.replace("_", "-") for k in
+                                               ("gpu_input", "cuda_graph", "channels_last", "fused_sgd",
+                                                "prefetch_stream", "cudnn_benchmark") if s.get(k)]
+    shown += [f"{k}={s[k]}" for k in ("amp", "compile") if s.get(k) not in (None, "off")]
+    return " ".join(shown)
+
+
+def versions():
+    from importlib import metadata
+    import pandas
+    found = []
+    for dist in ("holistictraceanalysis", "traceinsight"):
+        try:
+            found.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    import hta
+    return f"{', '.join(found) or 'hta (no distribution metadata)'} from {os.path.dirname(hta.__file__)}; " \
+           f"pandas {pandas.__version__}; Python {sys.version.split()[0]}"
+
+
+def f(v, fmt="{:.3f}"):
+    return "n/a" if v is None else fmt.format(v)
 
 
 def cycles_by_rank(directory):
@@ -105,16 +168,34 @@ def main(argv=None):
     p.add_argument("traces", nargs="*")
     p.add_argument("--ranks", metavar="DIR", help="a folder of a DDP run's per-rank traces (traces/rank{R}/...)")
     args = p.parse_args(argv)
+    if not args.traces and not args.ranks:
+        p.error("give traces, or --ranks DIR")
+    warnings.filterwarnings("ignore")
+    try:
+        import hta  # noqa: F401
+    except ImportError as e:
+        print(f"hta_crosscheck.py: error: HTA is not importable ({e}): see the install line in --help", file=sys.stderr)
+        return 1
+    print(f"HTA: {versions()}\n")
     if args.ranks:
         return main_ranks(args.ranks)
-    if not args.traces:
-        p.error("give traces, or --ranks DIR")
-    print("| trace | HTA idle share | summarize.py gpu_idle_share | difference (points) |")
-    print("|---|---|---|---|")
+    print("| trace | settings | basis | idle share: ours | HTA | ours: host wait / idle | HTA: host wait / "
+          "kernel wait / other | ours: input gap / idle | launches: ours | HTA | median launch call us: ours "
+          "| HTA | median launch delay us: ours | HTA | graph launches per step (ours) |")
+    print("|---" * 15 + "|")
     for t in args.traces:
-        ours_idle = summarize.summarize_file(t)["gpu_idle_share"]
-        theirs = hta_idle_share(t)
-        print(f"| {t} | {theirs:.3f} | {ours_idle:.3f} | {100 * (ours_idle - theirs):+.1f} |")
+        ours = summarize.summarize_file(t)
+        w = ours["window"]
+        host = w["host_wait_us"] / w["gpu_idle_us"] if w.get("gpu_idle_us") else None
+        mine, theirs = our_launch_stats(t), hta_figures(t)
+        b = theirs["breakdown"]
+        name = os.path.relpath(t).split(os.sep + "runs" + os.sep)[-1].replace(os.sep + "outputs" + os.sep + "traces", "")
+        print(f"| {name} | {label(t)} | {ours['idle_basis']} | {f(ours['gpu_idle_share'])} | "
+              f"{f(theirs['idle_share'])} | {f(host)} | {f(b['host_wait'], '{:.2f}')} / "
+              f"{f(b['kernel_wait'], '{:.2f}')} / {f(b['other'], '{:.2f}')} | {f(ours['input_gap_share'])} | "
+              f"{mine['launches']} | {theirs['launches']} | {f(mine['median_cpu_us'], '{:.1f}')} | "
+              f"{f(theirs['median_cpu_us'], '{:.1f}')} | {f(mine['median_delay_us'], '{:.1f}')} | "
+              f"{f(theirs['median_delay_us'], '{:.1f}')} | {w['graph_launches'] / w['steps']:.0f} |")
     return 0
 
 

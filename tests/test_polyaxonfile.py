@@ -19,6 +19,7 @@ DOCUMENTED = [
     {"mode": "bench", "workers": 2, "persistent_workers": True, "prefetch_factor": 4, "prefetch_stream": True,
      "channels_last": True, "amp": "bf16", "fused_sgd": True, "compile": "reduce-overhead"},
     {"mode": "profile", "gpu_input": True, "channels_last": True},
+    {"mode": "profile", "workers": 2, "profile_detail": "lean"},
     {"mode": "bench", "gpu_input": True, "cuda_graph": True, "cudnn_benchmark": True, "compile": "default",
      "amp": "bf16", "channels_last": True, "fused_sgd": True},
 ]
@@ -35,7 +36,8 @@ def test_resolved_command_parses_into_the_same_settings(params):
     assert script.startswith("set -eu\n")
     settings = train.parse_settings(train_argv(script))
     expected = {"workers": 0, "batch_size": 128, "warmup_steps": 20, "bench_steps": 100, "data": "cifar10",
-                "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "amp": "off", "compile": "off",
+                "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "profile_detail": "full",
+                "amp": "off", "compile": "off",
                 "persistent_workers": False, "prefetch_factor": None, "prefetch_stream": False,
                 "gpu_input": False, "channels_last": False, "fused_sgd": False, "cuda_graph": False,
                 "cudnn_benchmark": False, **params}
@@ -49,7 +51,7 @@ def test_every_input_reaches_train_py():
     """No polyaxonfile input is silently dropped: each one is a train.py flag or a set-up switch."""
     everything = {"mode": "bench", "workers": "2", "repeat": "1", "prefetch_factor": "3", "persistent_workers": "true",
                   "prefetch_stream": "true", "gpu_input": "true", "channels_last": "true", "fused_sgd": "true",
-                  "cuda_graph": "true", "cudnn_benchmark": "true"}
+                  "cuda_graph": "true", "cudnn_benchmark": "true", "profile_detail": "lean"}
     _, compiled = compile_polyaxonfile(everything)
     script = compiled.run.container.args[0]
     flags = {a.dest for a in train.build_parser()._actions}
@@ -80,6 +82,7 @@ def test_runtime_install_and_inventory_then_exec():
     ("workers=abc", "Cannot convert value `abc`"),
     ("batch_size=0", "batch_size"),
     ("data=imagenet", "must be one of the values"),
+    ("profile_detail=minimal", "must be one of the values"),
 ])
 def test_polyaxon_check_refuses_bad_params(param, message):
     """`polyaxon check` (the same parser `polyaxon run` uses) refuses a bad -P before scheduling."""

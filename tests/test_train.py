@@ -82,9 +82,49 @@ def test_profile_outputs_reach_polyaxon(profile_run):
     run = load_offline_run(profile_run["root"], profile_run["uuid"])
     assert run["status"] == "succeeded"
     assert run["outputs"]["profiled_step_ms"] > 0
+    out = run["outputs"]
+    assert out["profiler_distortion"] == pytest.approx(out["profiled_step_ms"] / out["unprofiled_step_ms"])
     lineage = read_json(os.path.join(profile_run["root"], "runs", profile_run["uuid"], "lineages.plx.json"))
     names = {a["name"] for a in lineage}
     assert {"run-json", "packages", "trace-cycle1", "trace-cycle2"} <= names, names
+
+
+def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
+    """Unprofiled steps timed in the same process before the capture; every pause between profiled steps
+    timed; the ratio and the dumps stated in run.json and in each cycle's evidence."""
+    results = read_json(os.path.join(profile_run["outputs"], "run.json"))["results"]
+    assert results["unprofiled"]["steps"] == scopes.PROFILE_STEPS and results["unprofiled"]["seconds"] > 0
+    assert len(results["pauses_s"]) == scopes.PROFILE_STEPS and all(p >= 0 for p in results["pauses_s"])
+    ev = results["evidence"]
+    assert ev["unprofiled_step_ms"] == pytest.approx(results["unprofiled"]["step_ms"])
+    assert ev["profiler_distortion"] == pytest.approx(ev["profiled_step_ms"] / ev["unprofiled_step_ms"])
+    assert results["profile_detail"] == "full" and results["options"]["with_stack"] is True
+    assert [c["dump_before_step"] for c in results["cycles"]] == [5, 10]
+    assert ev["headline_cycles"] == [1, 2], "workers=0: no queue for a pause to refill"
+    for c in results["cycles"]:
+        with open(c["evidence_txt"]) as f:
+            text = f.read()
+        assert "capture: --profile-detail full; unprofiled step" in text and "profiler_distortion" in text
+        assert read_json(c["evidence_json"])["capture"]["dumps"] == [
+            {"cycle": d["cycle"], "seconds": d["dump_seconds"], "before_step": d["dump_before_step"]}
+            for d in results["cycles"]]
+        assert ("after cycle 1's trace dump" in text) == (c["cycle"] == 2)
+
+
+def test_lean_profile_records_no_shapes_memory_or_stacks(tmp_path):
+    """--profile-detail lean: no Python-function slices, no input shapes, no memory events in the trace."""
+    proc = run_train(["--mode", "profile", "--profile-detail", "lean", *TINY], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, outputs = single_run(tmp_path)
+    results = read_json(os.path.join(outputs, "run.json"))["results"]
+    assert results["profile_detail"] == "lean" and not any(results["options"].values())
+    trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[0]
+    events = summarize.load_events(trace)
+    assert not [e for e in events if e.get("cat") == "python_function"]
+    assert not [e for e in events if e.get("cat") == "cpu_op" and "Input Dims" in (e.get("args") or {})]
+    assert not [e for e in events if e.get("name") == "[memory]"]
+    assert [e for e in events if e.get("cat") == "cpu_op"], "operators are still recorded"
+    assert results["evidence"]["unprofiled_step_ms"] > 0
 
 
 def test_bench_rate_matches_its_window(bench_run):

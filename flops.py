@@ -111,3 +111,15 @@ def ceiling(flops_per_sample, samples_per_sec, gpu, precision):
         else:
             out["mfu"] = mfu
     return out
+
+
+def add_ceiling(torch, device, results, flops_per_sample, gpu, amp):
+    """Model TFLOP/s and MFU of the window, against the dense peak for the precision the step used."""
+    if device.type == "cuda":
+        precision, flags, why = math_precision(torch, amp)
+    else:
+        precision, flags, why = None, None, "CPU run"
+    results["flops_per_sample"] = flops_per_sample
+    results["ceiling"] = {**ceiling(flops_per_sample, results["samples_per_sec"], gpu, precision),
+                          "precision_reason": why, "precision_flags": flags}
+    results.update({k: results["ceiling"][k] for k in ("model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")})

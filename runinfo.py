@@ -2,10 +2,12 @@
 
 import hashlib
 import json
+import math
 import os
 import platform
 import re
 import subprocess
+import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -259,6 +261,33 @@ def writable_dirs(places):
             except OSError:
                 pass
         raise
+
+
+# --------------------------------------------------------------------------- checks before heavy work
+
+def check_places(args):
+    """Every place the run writes to, made (or found) writable before any heavy work; one line otherwise."""
+    places = [(args.output_dir, "--output-dir")] if args.output_dir else []
+    if args.data == "cifar10":
+        places.append((args.data_dir, "--data-dir"))
+    if not is_managed():
+        places.append((os.environ.get("POLYAXON_OFFLINE_ROOT") or DEFAULT_OFFLINE_ROOT, "POLYAXON_OFFLINE_ROOT"))
+    writable_dirs(places)
+
+
+def check_workers(args, budget):
+    """More workers than CPUs is allowed (and said); far more is refused unless forced."""
+    bound = max(4, math.ceil(4 * budget["cpus"]))
+    if args.workers > bound and not args.force_workers:
+        raise UserError(f"--workers {args.workers} is more than 4x the CPU budget ({budget['cpus']:g} CPUs, "
+                        f"{budget['source']}): each worker is a process holding batches; use at most {bound}, "
+                        "or add --force-workers")
+    if args.workers > budget["cpus"]:
+        note = (f"--workers {args.workers} is above the CPU budget ({budget['cpus']:g} CPUs, {budget['source']}): "
+                "the workers and the training thread will share CPUs")
+        print(f"train.py: warning: {note}", file=sys.stderr)
+        return note
+    return None
 
 
 # --------------------------------------------------------------------------- tracking

@@ -47,12 +47,11 @@ import distributed
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
 from speedups import options
 from stopping import Stopper, StopRequested
+from data import SYNTHETIC_SEED, SYNTHETIC_SIZE, ImageSet, SyntheticCIFAR10, download_cifar10, read_cifar10
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
-SYNTHETIC_SIZE = 50_000
-SYNTHETIC_SEED = 0  # the synthetic images are the same in every run, whatever --seed says
 
 
 # --------------------------------------------------------------------------- settings
@@ -134,31 +133,6 @@ def parse_settings(argv=None):
     return args
 
 
-def check_places(args):
-    """Every place the run writes to, made (or found) writable before any heavy work; one line otherwise."""
-    places = [(args.output_dir, "--output-dir")] if args.output_dir else []
-    if args.data == "cifar10":
-        places.append((args.data_dir, "--data-dir"))
-    if not runinfo.is_managed():
-        places.append((os.environ.get("POLYAXON_OFFLINE_ROOT") or runinfo.DEFAULT_OFFLINE_ROOT, "POLYAXON_OFFLINE_ROOT"))
-    runinfo.writable_dirs(places)
-
-
-def check_workers(args, budget):
-    """More workers than CPUs is allowed (and said); far more is refused unless forced."""
-    bound = max(4, math.ceil(4 * budget["cpus"]))
-    if args.workers > bound and not args.force_workers:
-        raise UserError(f"--workers {args.workers} is more than 4x the CPU budget ({budget['cpus']:g} CPUs, "
-                        f"{budget['source']}): each worker is a process holding batches; use at most {bound}, "
-                        "or add --force-workers")
-    if args.workers > budget["cpus"]:
-        note = (f"--workers {args.workers} is above the CPU budget ({budget['cpus']:g} CPUs, {budget['source']}): "
-                "the workers and the training thread will share CPUs")
-        print(f"train.py: warning: {note}", file=sys.stderr)
-        return note
-    return None
-
-
 # --------------------------------------------------------------------------- data and loader
 
 def build_transform():
@@ -169,73 +143,6 @@ def build_transform():
         transforms.ToTensor(),
         transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD),
     ])
-
-
-class ImageSet:
-    """uint8 HWC images and labels through the PIL transform chain, as torchvision's CIFAR10 feeds them."""
-
-    def __init__(self, data, targets, transform):
-        self.data, self.targets, self.transform = data, targets, transform
-
-    def __len__(self):
-        return len(self.targets)
-
-    def __getitem__(self, index):
-        from PIL import Image
-        return self.transform(Image.fromarray(self.data[index])), self.targets[index]
-
-
-class SyntheticCIFAR10(ImageSet):
-    """CIFAR-shaped uint8 images and labels from a fixed seed."""
-
-    def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
-        import numpy as np
-        rng = np.random.default_rng(seed)
-        super().__init__(rng.integers(0, 256, size=(size, 32, 32, 3), dtype=np.uint8),
-                         rng.integers(0, 10, size=size).tolist(), transform)
-
-
-def read_cifar10(folder):
-    """The training batches of CIFAR-10's Python format (cifar-10-batches-py), as (N, 32, 32, 3) uint8 and labels."""
-    import pickle
-    import numpy as np
-    data, targets = [], []
-    for name in [f"data_batch_{i}" for i in range(1, 6)]:
-        path = os.path.join(folder, name)
-        try:
-            with open(path, "rb") as f:
-                batch = pickle.load(f, encoding="latin1")
-            images = np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-            labels = [int(t) for t in batch["labels"]]
-        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as e:
-            raise UserError(f"{folder} is not a readable CIFAR-10 folder ({name}: {type(e).__name__}: {e}); "
-                            "remove it to download it again, or run with --data synthetic") from e
-        if len(labels) != len(images) or not all(0 <= t < 10 for t in labels):
-            raise UserError(f"{folder} is not a readable CIFAR-10 folder ({name}: {len(images)} images, "
-                            f"{len(labels)} labels); remove it to download it again, or run with --data synthetic")
-        data.append(images.transpose(0, 2, 3, 1))
-        targets += labels
-    return np.concatenate(data), targets
-
-
-def download_cifar10(data_dir):
-    """torchvision's download (archive checksum included); whatever it created is removed if it fails."""
-    from torchvision.datasets import CIFAR10
-    existed = os.path.isdir(data_dir)
-    before = set(os.listdir(data_dir)) if existed else set()
-    try:
-        CIFAR10(root=data_dir, train=True, download=True)
-    except (OSError, RuntimeError, ValueError) as e:  # URLError is an OSError
-        import shutil
-        for name in (set(os.listdir(data_dir)) - before if os.path.isdir(data_dir) else ()):
-            path = os.path.join(data_dir, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        if not existed and os.path.isdir(data_dir):
-            shutil.rmtree(data_dir)
-        raise UserError(
-            f"CIFAR-10 is not in {data_dir} and could not be downloaded ({type(e).__name__}: {e}); "
-            "give --data-dir a folder that holds cifar-10-batches-py, allow the download, "
-            "or run with --data synthetic") from e
 
 
 def build_dataset(args, transform):
@@ -477,18 +384,6 @@ def run_bench(torch, step, device, batches, args, stop, world):
     return world.bench_results(results)
 
 
-def add_ceiling(torch, device, results, flops_per_sample, gpu, amp):
-    """Model TFLOP/s and MFU of the window, against the dense peak for the precision the step used."""
-    if device.type == "cuda":
-        precision, flags, why = flops.math_precision(torch, amp)
-    else:
-        precision, flags, why = None, None, "CPU run"
-    results["flops_per_sample"] = flops_per_sample
-    results["ceiling"] = {**flops.ceiling(flops_per_sample, results["samples_per_sec"], gpu, precision),
-                          "precision_reason": why, "precision_flags": flags}
-    results.update({k: results["ceiling"][k] for k in ("model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")})
-
-
 # --------------------------------------------------------------------------- main
 
 BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "gpu_ms_per_step", "gpu_time_samples_per_sec",
@@ -554,8 +449,8 @@ def main(argv=None):
     stop = Stopper()
     try:
         budget = runinfo.cpu_budget()
-        workers_note = check_workers(args, budget)
-        check_places(args)
+        workers_note = runinfo.check_workers(args, budget)
+        runinfo.check_places(args)
         import numpy as np
         import torch
         device = resolve_device(torch, args.device)
@@ -608,7 +503,7 @@ def main(argv=None):
             outputs.update(world.profile_evidence(record, results))  # DDP: the slow rank and its stage
         else:
             record["results"] = results = run_bench(torch, step, device, batches, args, stop, world)
-            add_ceiling(torch, device, results, record["flops"]["flops_per_sample"], record["environment"]["gpu"],
+            flops.add_ceiling(torch, device, results, record["flops"]["flops_per_sample"], record["environment"]["gpu"],
                         args.amp)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts

@@ -12,6 +12,7 @@ import torch
 import distributed
 import ranks
 import summarize
+import data
 import train
 from conftest import ROOT, load_offline_run, run_train
 
@@ -153,7 +154,7 @@ def test_the_sampler_gives_each_rank_its_slice_and_a_new_shuffle_each_epoch():
 
 
 def test_gpu_input_shards_are_disjoint_and_cover_the_set():
-    dataset = train.SyntheticCIFAR10(transform=None, size=10)
+    dataset = data.SyntheticCIFAR10(transform=None, size=10)
     shards = [distributed.Shard(dataset, r, 3) for r in range(3)]
     assert [len(s) for s in shards] == [4, 3, 3]
     assert sorted(int(d.sum()) for s in shards for d in s.data) == sorted(int(d.sum()) for d in dataset.data)

@@ -10,6 +10,7 @@ import torch
 
 import flops
 import summarize
+import data
 import train
 import scopes
 from speedups.cuda_graph import CapturedStep
@@ -72,7 +73,7 @@ def test_captured_batch_assembly_draws_what_eager_draws():
     """--cuda-graph: each replay of the captured assembly draws new crops and flips, the same ones the
     eager path draws from the same seed, and epochs turn over on the host between replays."""
     cuda = torch.device("cuda")
-    ds = train.SyntheticCIFAR10(transform=None, size=1000)  # 15 batches of 64 per epoch
+    ds = data.SyntheticCIFAR10(transform=None, size=1000)  # 15 batches of 64 per epoch
     eager = DeviceBatches(torch, ds, 64, cuda, 3, train.CIFAR10_MEAN, train.CIFAR10_STD)
     graphed = DeviceBatches(torch, ds, 64, cuda, 3, train.CIFAR10_MEAN, train.CIFAR10_STD)
     expected = [tuple(t.clone() for t in next(eager)) for _ in range(20)]

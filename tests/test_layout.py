@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 # Lowest first: a module may import only modules listed before it.
-LAYERS = ["scopes", "runinfo", "stopping", "summarize", "ranks", "speedups", "speedups.options",
+LAYERS = ["scopes", "runinfo", "data", "stopping", "summarize", "ranks", "speedups", "speedups.options",
           "speedups.gpu_input", "speedups.prefetch", "speedups.cuda_graph", "flops", "profiling", "distributed",
           "compare", "train"]
 

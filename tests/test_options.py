@@ -6,6 +6,7 @@ import pytest
 import torch
 from torchvision.transforms import functional as F
 
+import data
 import train
 from speedups.gpu_input import DeviceBatches, augment
 from conftest import TINY, load_offline_run, run_train, single_run
@@ -108,7 +109,7 @@ def test_device_augmentation_equals_the_pil_chain_for_the_same_draws():
 
 
 def test_device_batches_shuffle_and_restart_epochs():
-    ds = train.SyntheticCIFAR10(transform=None, size=10)
+    ds = data.SyntheticCIFAR10(transform=None, size=10)
     batches = DeviceBatches(torch, ds, 4, torch.device("cpu"), 0, train.CIFAR10_MEAN, train.CIFAR10_STD)
     seen = [next(batches)[1] for _ in range(5)]
     assert all(t.shape == (4,) for t in seen) and batches.epoch_restarts == 2
@@ -118,7 +119,7 @@ def test_device_batches_shuffle_and_restart_epochs():
 
 def test_capturable_assembly_gives_the_eager_batches():
     """The device-counter path that --cuda-graph captures yields the batches of the eager path, epochs included."""
-    ds = train.SyntheticCIFAR10(transform=None, size=10)
+    ds = data.SyntheticCIFAR10(transform=None, size=10)
     eager = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, train.CIFAR10_MEAN, train.CIFAR10_STD)
     counted = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, train.CIFAR10_MEAN, train.CIFAR10_STD)
     for i in range(7):  # 2 batches per epoch: crosses three epoch ends

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import train
-from polyaxon_support import POLYAXONFILE_DDP, compile_polyaxonfile, kubernetes_pytorchjob, quiet
+from polyaxon_support import POLYAXONFILE_DDP, kubernetes_pytorchjob, quiet
 
 # What the Kubeflow training operator sets in the second worker pod (pod index 2).
 OPERATOR_ENV = {"RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456"}

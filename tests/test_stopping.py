@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import runinfo
+import data
 import train
 from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
 
@@ -200,13 +201,13 @@ def test_far_too_many_workers_are_refused_before_torch(tmp_path):
 def test_workers_above_the_budget_warn_and_are_recorded():
     budget = {"cpus": 2.0, "source": "affinity"}
     args = train.parse_settings(["--mode", "bench", "--workers", "3"])
-    note = train.check_workers(args, budget)
+    note = runinfo.check_workers(args, budget)
     assert "above the CPU budget (2 CPUs, affinity)" in note
-    assert train.check_workers(train.parse_settings(["--mode", "bench", "--workers", "2"]), budget) is None
+    assert runinfo.check_workers(train.parse_settings(["--mode", "bench", "--workers", "2"]), budget) is None
     with pytest.raises(train.UserError, match="at most 8"):
-        train.check_workers(train.parse_settings(["--mode", "bench", "--workers", "9"]), budget)
+        runinfo.check_workers(train.parse_settings(["--mode", "bench", "--workers", "9"]), budget)
     forced = train.parse_settings(["--mode", "bench", "--workers", "9", "--force-workers"])
-    assert "above the CPU budget" in train.check_workers(forced, budget)
+    assert "above the CPU budget" in runinfo.check_workers(forced, budget)
 
 
 def test_a_batch_larger_than_the_synthetic_set_is_refused_before_torch(tmp_path):
@@ -238,12 +239,12 @@ def write_cifar10_folder(root, per_batch=60, seed=0):
 def test_a_cifar10_folder_is_read_as_torchvision_reads_it(tmp_path):
     """Channel-first rows become HWC images, labels kept, and the pixels are the file's."""
     folder = write_cifar10_folder(tmp_path, per_batch=7)
-    data, targets = train.read_cifar10(str(folder))
-    assert data.shape == (35, 32, 32, 3) and data.dtype == np.uint8 and len(targets) == 35
+    images, targets = data.read_cifar10(str(folder))
+    assert images.shape == (35, 32, 32, 3) and images.dtype == np.uint8 and len(targets) == 35
     with open(folder / "data_batch_2", "rb") as f:
         batch = pickle.load(f, encoding="latin1")
     row = batch["data"][3]
-    assert (data[7 + 3, 5, 6] == [row[5 * 32 + 6], row[1024 + 5 * 32 + 6], row[2048 + 5 * 32 + 6]]).all()
+    assert (images[7 + 3, 5, 6] == [row[5 * 32 + 6], row[1024 + 5 * 32 + 6], row[2048 + 5 * 32 + 6]]).all()
     assert targets[7 + 3] == batch["labels"][3]
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import summarize
+import data
 import train
 import runinfo
 import scopes
@@ -368,8 +369,8 @@ def test_batches_refuse_a_data_set_smaller_than_a_batch():
 
 def test_synthetic_data_goes_through_the_cifar_transforms():
     """Fixed images whatever the run's seed, and normalized 3x32x32 tensors out of the PIL chain."""
-    a = train.SyntheticCIFAR10(train.build_transform(), size=16)
-    b = train.SyntheticCIFAR10(train.build_transform(), size=16)
+    a = data.SyntheticCIFAR10(train.build_transform(), size=16)
+    b = data.SyntheticCIFAR10(train.build_transform(), size=16)
     assert (a.data == b.data).all() and a.targets == b.targets
     image, target = a[3]
     assert image.shape == (3, 32, 32) and image.dtype == torch.float32 and 0 <= target < 10

@@ -10,7 +10,10 @@ ResNet18 variant: about 1.11 GFLOP forward and 3.33 GFLOP per training image.
 MFU = achieved model FLOP/s (FLOPs per sample x samples/s of the bench window) / the GPU's dense peak
 for the precision the step's convolutions may use. It says how close the step comes to the hardware's
 arithmetic limit; the GPU-bound share (--cuda-graph) says how GPU-bound the step is, which is another thing.
+In a DDP run the rate is the job's and the peak one GPU's: MFU uses the rate per GPU (global / world size).
 """
+
+import os
 
 # Dense peaks (no 2:4 structured sparsity) in TFLOP/s, keyed by torch.cuda.get_device_name(). The vendor
 # datasheets print the Tensor Core figures with sparsity and say dense is one half: those are halved here.
@@ -72,19 +75,34 @@ def training_flops(torch, build_model, image_shape=(3, 32, 32), batch=2):
             f"{batch} {'x'.join(map(str, image_shape))} images", "counter": "torch.utils.flop_counter.FlopCounterMode"}
 
 
+def _cudnn_tf32(torch):
+    """Whether cuDNN may run fp32 convolutions in TF32, and from which setting: the newer fp32_precision API
+    where it exists (reading allow_tf32 after it was used raises), NVIDIA_TF32_OVERRIDE=0 (which turns TF32
+    off below torch, whatever its flags say), else the allow_tf32 flag."""
+    if os.environ.get("NVIDIA_TF32_OVERRIDE") == "0":
+        return False, "NVIDIA_TF32_OVERRIDE=0"
+    conv = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None)
+    if conv is not None and conv != "none":
+        return conv == "tf32", f"torch.backends.cudnn.conv.fp32_precision={conv!r}"
+    try:
+        return bool(torch.backends.cudnn.allow_tf32), f"torch.backends.cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}"
+    except RuntimeError as e:  # mixed use of the old and new TF32 APIs
+        return None, f"unreadable TF32 setting ({e})"
+
+
 def math_precision(torch, amp):
     """Which peak bounds the step's convolutions (all but about 10 kFLOP of this model's FLOPs), and why."""
-    flags = {"cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-             "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-             "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    tf32, source = _cudnn_tf32(torch)
+    flags = {"cudnn_tf32": tf32, "source": source}
     if amp == "bf16":
         return "bf16", flags, "autocast to bfloat16: convolutions and matmuls run in bf16"
-    if flags["cudnn_allow_tf32"]:
-        return "tf32", flags, ("fp32 tensors, but torch.backends.cudnn.allow_tf32 is True (torch's default), so "
-                               "cuDNN may run the convolutions on TF32 Tensor Cores: the TF32 peak is their ceiling "
-                               "(the linear layer's matmul follows torch.backends.cuda.matmul.allow_tf32, False by "
-                               "default, but holds about 10 kFLOP of 3.3 GFLOP)")
-    return "fp32", flags, "fp32 with cuDNN TF32 switched off: the FP32 (non-Tensor Core) peak"
+    if tf32 is None:
+        return None, flags, f"fp32, but whether cuDNN uses TF32 is unknown ({source}): no peak applies"
+    if tf32:
+        return "tf32", flags, (f"fp32 tensors, but {source} (torch's default allows it), so cuDNN may run the "
+                               "convolutions on TF32 Tensor Cores: the TF32 peak is their ceiling (the linear "
+                               "layer's matmul holds about 10 kFLOP of 3.3 GFLOP)")
+    return "fp32", flags, f"fp32 with TF32 off ({source}): the FP32 (non-Tensor Core) peak"
 
 
 def ceiling(flops_per_sample, samples_per_sec, gpu, precision):
@@ -99,6 +117,8 @@ def ceiling(flops_per_sample, samples_per_sec, gpu, precision):
     peaks = PEAKS.get(gpu)
     if gpu == "cpu":
         out["note"] = "CPU run: no GPU peak to compare with"
+    elif precision is None:
+        out["note"] = "the precision of the convolutions is unknown: no peak applies"
     elif peaks is None:
         out["note"] = (f"no dense peak known for {gpu!r} (flops.PEAKS holds {', '.join(sorted(PEAKS))}): "
                        "add its datasheet figures to get MFU")
@@ -113,13 +133,23 @@ def ceiling(flops_per_sample, samples_per_sec, gpu, precision):
     return out
 
 
-def add_ceiling(torch, device, results, flops_per_sample, gpu, amp):
-    """Model TFLOP/s and MFU of the window, against the dense peak for the precision the step used."""
-    if device.type == "cuda":
-        precision, flags, why = math_precision(torch, amp)
-    else:
-        precision, flags, why = None, None, "CPU run"
+def add_ceiling(torch, device, results, flops_per_sample, gpu, amp, world_size=1):
+    """Model TFLOP/s and MFU of the window, per GPU, against the dense peak for the precision the step used.
+
+    In a DDP run samples_per_sec is the job's global rate: one GPU's share is that over world_size.
+    Never fatal: the measured rate is kept even if the ceiling cannot be worked out.
+    """
     results["flops_per_sample"] = flops_per_sample
-    results["ceiling"] = {**ceiling(flops_per_sample, results["samples_per_sec"], gpu, precision),
-                          "precision_reason": why, "precision_flags": flags}
-    results.update({k: results["ceiling"][k] for k in ("model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")})
+    try:
+        if device.type == "cuda":
+            precision, flags, why = math_precision(torch, amp)
+        else:
+            precision, flags, why = None, None, "CPU run"
+        per_gpu = results["samples_per_sec"] / world_size
+        results["ceiling"] = {**ceiling(flops_per_sample, per_gpu, gpu, precision), "per_gpu_samples_per_sec": per_gpu,
+                              "world_size": world_size, "precision_reason": why, "precision_flags": flags}
+    except Exception as e:  # a figure absent with its reason, never a lost run
+        results["ceiling"] = {"model_tflops_per_sec": None, "mfu": None, "peak_tflops": None, "peak_precision": None,
+                              "note": f"ceiling not computed ({type(e).__name__}: {e})"}
+    results.update({k: results["ceiling"].get(k) for k in ("model_tflops_per_sec", "mfu", "peak_tflops",
+                                                           "peak_precision")})

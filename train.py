@@ -377,10 +377,11 @@ def run_bench(torch, step, device, batches, args, stop, world):
         # gpu_bound_share: the window's rate over the rate the step's own GPU time allows. Near 1 the step
         # is GPU-bound; it says nothing of how close the GPU runs to its arithmetic peak (that is MFU).
         gpu = step.gpu_time_per_step()
-        gpu["gpu_time_samples_per_sec"] = args.batch_size / (gpu["gpu_ms_per_step"] / 1000)
-        gpu["gpu_bound_share"] = results["samples_per_sec"] / gpu["gpu_time_samples_per_sec"]
+        if gpu["gpu_ms_per_step"] is not None:
+            gpu["gpu_time_samples_per_sec"] = args.batch_size / (gpu["gpu_ms_per_step"] / 1000)
+            gpu["gpu_bound_share"] = results["samples_per_sec"] / gpu["gpu_time_samples_per_sec"]
         results["gpu_time"] = gpu
-        results.update({k: gpu[k] for k in ("gpu_ms_per_step", "gpu_time_samples_per_sec", "gpu_bound_share")})
+        results.update({k: gpu.get(k) for k in ("gpu_ms_per_step", "gpu_time_samples_per_sec", "gpu_bound_share")})
     return world.bench_results(results)
 
 
@@ -392,17 +393,21 @@ BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "gpu_ms_pe
 
 def log_bench(record, results, args):
     """The rate, the GPU-bound share (--cuda-graph) and the hardware ceiling on stdout; the same as Polyaxon outputs."""
-    bound = (f"; the step's GPU time allows {results['gpu_time_samples_per_sec']:.1f} samples/s "
-             f"({results['gpu_ms_per_step']:.3f} ms/step): GPU-bound share {results['gpu_bound_share']:.1%}"
-             if args.cuda_graph else "")
+    bound = ""
+    if args.cuda_graph and results.get("gpu_bound_share") is not None:
+        bound = (f"; the step's GPU time allows {results['gpu_time_samples_per_sec']:.1f} samples/s "
+                 f"({results['gpu_ms_per_step']:.3f} ms/step): GPU-bound share {results['gpu_bound_share']:.1%}")
+    elif args.cuda_graph:
+        bound = f"; GPU-bound share n/a: {results['gpu_time']['note']}"
     print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
           f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
           f"workers {args.workers}){bound}{distributed.describe_bench(results)}")
     c = results["ceiling"]
     mfu = (f"MFU {c['mfu']:.1%} of the {c['peak_precision']} dense peak, {c['peak_tflops']:g} TFLOP/s"
            if c["mfu"] is not None else f"MFU n/a: {c['note']}")
+    tflops = "n/a" if c["model_tflops_per_sec"] is None else f"{c['model_tflops_per_sec']:.2f}"
     print(f"bench: {results['flops_per_sample'] / 1e9:.3f} GFLOP per training sample (model FLOPs) -> "
-          f"{c['model_tflops_per_sec']:.2f} TFLOP/s; {mfu}")
+          f"{tflops} TFLOP/s per GPU; {mfu}")
     return {k: results[k] for k in (*BENCH_OUTPUTS, *distributed.BENCH_OUTPUTS) if results.get(k) is not None}
 
 
@@ -504,7 +509,7 @@ def main(argv=None):
         else:
             record["results"] = results = run_bench(torch, step, device, batches, args, stop, world)
             flops.add_ceiling(torch, device, results, record["flops"]["flops_per_sample"], record["environment"]["gpu"],
-                        args.amp)
+                              args.amp, world.world_size)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
     except StopRequested as e:

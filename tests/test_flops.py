@@ -102,6 +102,32 @@ def test_precision_follows_autocast_and_the_tf32_switch(monkeypatch):
     assert flops.math_precision(torch, "bf16")[0] == "bf16"
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     precision, flags, why = flops.math_precision(torch, "off")
-    assert precision == "tf32" and flags["cudnn_allow_tf32"] is True and "allow_tf32" in why
+    assert precision == "tf32" and flags["cudnn_tf32"] is True and ("allow_tf32" in why or "fp32_precision" in why)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     assert flops.math_precision(torch, "off")[0] == "fp32"
+
+
+def test_mfu_of_a_ddp_run_is_per_gpu():
+    """A DDP bench reports the job's global rate; MFU divides one GPU's share of it by one GPU's peak."""
+    import types
+    results = {"samples_per_sec": 2 * 18_000.0}
+    flops.add_ceiling(torch, types.SimpleNamespace(type="cuda"), results, 3.329e9, "NVIDIA H200", "bf16", world_size=2)
+    assert results["mfu"] == pytest.approx(3.329e9 * 18_000 / 1e12 / 989.5)
+    assert results["ceiling"]["per_gpu_samples_per_sec"] == 18_000.0
+
+
+def test_tf32_switched_off_below_torch_picks_the_fp32_peak(monkeypatch):
+    """NVIDIA_TF32_OVERRIDE=0 turns TF32 off whatever torch's flags say: the FP32 peak applies."""
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    precision, flags, why = flops.math_precision(torch, "off")
+    assert precision == "fp32" and "NVIDIA_TF32_OVERRIDE" in why
+
+
+def test_a_ceiling_that_cannot_be_computed_keeps_the_rate(monkeypatch):
+    """A failure while working out the peak leaves the rate and says why, never a lost run."""
+    import types
+    monkeypatch.setattr(flops, "math_precision", lambda torch, amp: (_ for _ in ()).throw(RuntimeError("mixed TF32 APIs")))
+    results = {"samples_per_sec": 1000.0}
+    flops.add_ceiling(torch, types.SimpleNamespace(type="cuda"), results, 3.329e9, "NVIDIA H200", "off")
+    assert results["samples_per_sec"] == 1000.0 and results["mfu"] is None
+    assert "mixed TF32 APIs" in results["ceiling"]["note"]

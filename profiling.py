@@ -85,16 +85,17 @@ class TraceWriter:
                             "dump_seconds": round(seconds, 3), "dump_before_step": prof.step_num})
 
 
-def time_unprofiled(step, steps, synchronize):
+def time_unprofiled(step, steps, synchronize, boundary=lambda: None):
     """steps plain steps between two synchronizations, just before the capture, in the same process.
 
-    Returns the timing and the moment the last step returned (the main loop stops consuming batches
+    boundary() runs after each step (a stop request is honoured there; a flag test, no sync). Returns the timing and the moment the last step returned (the main loop stops consuming batches
     there: the closing synchronization and the profiler's start are the first pause).
     """
     synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
+        boundary()
     last_step_end = time.perf_counter()
     synchronize()
     seconds = time.perf_counter() - t0

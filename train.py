@@ -318,7 +318,8 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world):
     save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir,  # traces/rank{R}/ in DDP
                                        skip=lambda: stop.requested)
     with stop.steps("profile"):
-        unprofiled, last_step_end = profiling.time_unprofiled(step, PROFILE_STEPS, lambda: synchronize(torch, device))
+        unprofiled, last_step_end = profiling.time_unprofiled(step, PROFILE_STEPS, lambda: synchronize(torch, device),
+                                                                  stop.boundary)
         pauses = profiling.Pauses(since=last_step_end)
         with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
                      **profiling.DETAIL[args.profile_detail]) as profiler:

@@ -19,7 +19,9 @@ from datetime import datetime, timezone
 
 # Settings that every run has; any other setting that is switched on is a candidate fix worth naming.
 BASE_SETTINGS = {"mode", "workers", "batch_size", "warmup_steps", "bench_steps", "data", "data_dir",
-                 "device", "seed", "lr", "momentum", "weight_decay", "trace_format", "output_dir", "repeat"}
+                 "device", "seed", "lr", "momentum", "weight_decay", "trace_format", "output_dir", "repeat",
+                 "profile_detail", "force_workers", "ddp_backend", "slow_input_ms",
+                 "world_size", "nproc_per_node"}
 EVIDENCE = (("gpu_idle_share", "GPU idle share", "{:.2f}"),
             ("input_gap_share", "input gap share of idle", "{:.2f}"),
             ("profiled_step_ms", "profiled step ms", "{:.1f}"))
@@ -150,7 +152,7 @@ def report(runs):
     if profile:
         rows = [[r["uuid"][:8], configuration(settings_of(r)), device_of(r)] +
                 [figure(r, key, fmt) for key, _, fmt in EVIDENCE] for r in profile]
-        out += ["profile: trace evidence, both cycles pooled (profiled steps run slower than bench ones)",
+        out += ["profile: trace evidence of the headline cycles (those no pause refilled; profiled steps run slower than bench ones)",
                 table(["run", "configuration", "device"] + [title for _, title, _ in EVIDENCE], rows), "",
                 f"traces to open at {PERFETTO}; per step: python summarize.py TRACE"]
         for r in profile:

@@ -129,7 +129,7 @@ def test_alternating_operation_runs_bench_jobs_0_4_0_4_one_at_a_time():
     assert op.matrix.kind == "mapping" and op.matrix.concurrency == 1
     assert op.params["mode"].value == "bench"
     values = op.matrix.values
-    assert [v["workers"] for v in values] == [0, 4] * 5
+    assert [v["workers"] for v in values] == [0, 4] * 6, "6 pairs: the fewest that can give a verdict"
     assert [v["repeat"] for v in values] == [r for r in range(1, 7) for _ in (0, 4)]
     # Each matrix entry is a valid set of params for the component.
     for v in values[:2]:

@@ -20,10 +20,13 @@ Per rank and step (microseconds):
 - scopes less wait: each scope's CPU time less the exposed communication inside it. DDP's allreduce
   runs inside loss.backward(), i.e. inside train/forward_backward, and on the CPU its wait blocks
   there; on a GPU the wait is a stream wait and the CPU scopes do not hold it.
-Per rank, figures are means per step over the aligned steps (a GPU-bound rank's CPU can run ahead
-of its GPU, which moves time between neighbouring steps but not out of the window). The slowest rank
-has the most work per step (the others wait for it). Its stage is the scope whose CPU time (less
-wait) exceeds the median of the other ranks by the most.
+Per rank, figures are means per step over the aligned steps. A GPU-bound rank's CPU can run ahead
+of its GPU (summarize.py's cpu_runs_ahead): its NCCL kernels then run during later CPU steps, or
+after the window, so clipping them to the CPU's steps measures nothing. That rank's comm,
+exposed_comm and work are then null with the reason; its CPU figures (wall, scopes, input) stay.
+The slowest rank has the most work per step (the others wait for it); where some rank's work is
+unavailable, the most wall time per step, and the result says which figures were unavailable.
+Its stage is the scope whose CPU time (less wait) exceeds the median of the other ranks by the most.
 """
 
 import argparse
@@ -41,6 +44,7 @@ from scopes import NEXT_BATCH, SCOPES
 NCCL = "nccl"
 CPU_COMM = ("c10d::", "gloo:", "nccl:", "record_param_comms", "allreduce", "all_reduce")
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+RUNS_AHEAD = "the CPU runs ahead of the GPU: GPU communication cannot be clipped to the CPU's steps"
 NO_COMM = ("no communication events in the trace (no NCCL kernels, no gloo/c10d operators): "
            "not a distributed run, or a world of one")
 
@@ -155,14 +159,21 @@ def timelines(events):
             "source": source, "comm": comm, "compute": compute}
 
 
-def step_figures(t, number, a, b, evidence_step):
+def step_figures(t, number, a, b, evidence_step, runs_ahead=False):
+    """runs_ahead: summarize.py found the trace's CPU running ahead of its GPU (GPU comm figures go)."""
     wall = b - a
     out = {"step": number, "wall_us": wall,
            "gpu_idle_us": evidence_step.get("gpu_idle_us"), "input_gap_us": evidence_step.get("input_gap_us"),
            "scopes_cpu_us": {n: summarize.total(summarize.clip(t["scopes"][n], a, b)) for n in SCOPES}}
     out["next_batch_cpu_us"] = out["scopes_cpu_us"][NEXT_BATCH]
+    out["comm_null_reason"] = None
     if t["source"] is None:
-        out.update(comm_us=None, exposed_comm_us=None, work_us=None, scopes_less_wait_us=None)
+        out.update(comm_us=None, exposed_comm_us=None, work_us=None, scopes_less_wait_us=None,
+                   comm_null_reason=NO_COMM)
+        return out
+    if runs_ahead and not t["source"].startswith("cpu"):
+        out.update(comm_us=None, exposed_comm_us=None, work_us=None, comm_null_reason=RUNS_AHEAD,
+                   scopes_less_wait_us=dict(out["scopes_cpu_us"]))  # a GPU wait is no CPU scope time
         return out
     comm = summarize.clip(t["comm"], a, b)
     exposed = minus(comm, t["compute"])
@@ -180,7 +191,7 @@ def step_figures(t, number, a, b, evidence_step):
 
 def rank_figures(paths, rank=None):
     """One rank's per-step figures over its traces (cycles are pooled by step number)."""
-    steps, sources = {}, set()
+    steps, sources, ahead = {}, set(), []
     for path in paths:
         if rank is None:
             rank = trace_rank(path)
@@ -190,16 +201,19 @@ def rank_figures(paths, rank=None):
         except summarize.TraceError as e:
             raise RanksError(str(e)) from e
         sources.add(t["source"])
+        runs_ahead = bool(evidence.get("cpu_runs_ahead"))
+        if runs_ahead and t["source"] and not t["source"].startswith("cpu"):
+            ahead.append(path)
         by_number = {s["step"]: s for s in evidence["steps"]}
         for number, a, b in t["steps"]:
             if number in steps:
                 raise RanksError(f"rank {rank}: ProfilerStep#{number} appears in two traces ({', '.join(paths)})")
-            steps[number] = step_figures(t, number, a, b, by_number.get(number, {}))
+            steps[number] = step_figures(t, number, a, b, by_number.get(number, {}), runs_ahead)
     if len(sources) > 1:
         raise RanksError(f"rank {rank}: traces disagree on their communication ({sources})")
     source = sources.pop() if sources else None
-    return {"rank": rank, "traces": list(paths), "comm_source": source,
-            "comm_null_reason": None if source else NO_COMM,
+    reason = NO_COMM if not source else (f"{RUNS_AHEAD} ({len(ahead)} of {len(paths)} traces)" if ahead else None)
+    return {"rank": rank, "traces": list(paths), "comm_source": source, "comm_null_reason": reason,
             "steps": [steps[k] for k in sorted(steps)]}
 
 
@@ -232,9 +246,12 @@ def across(per_rank):
         raise RanksError("the ranks' traces share no ProfilerStep number: they were not profiled on the same steps")
     missing = {r: sorted(set().union(*numbers) - {s["step"] for s in f["steps"]}) for r, f in by_rank.items()}
     has_comm = all(f["comm_source"] for f in by_rank.values())
-    key = "work_us" if has_comm else "wall_us"
     ranks = sorted(by_rank)
     table = {r: {s["step"]: s for s in by_rank[r]["steps"]} for r in ranks}
+    unavailable = {str(r): sorted({table[r][n]["comm_null_reason"] for n in common if table[r][n]["work_us"] is None})
+                   for r in ranks}
+    unavailable = {r: "; ".join(v) for r, v in unavailable.items() if v}
+    key = "work_us" if has_comm and not unavailable else "wall_us"
 
     steps = []
     for n in common:
@@ -266,6 +283,7 @@ def across(per_rank):
         "ranks": ranks, "steps_aligned": common, "steps_missing": {str(r): m for r, m in missing.items() if m},
         "comm_source": {str(r): by_rank[r]["comm_source"] for r in ranks},
         "comm_null_reason": None if has_comm else NO_COMM,
+        "figures_unavailable": {r: f"comm, exposed_comm and work: {why}" for r, why in unavailable.items()},
         "slowest_by": key, "slowest_rank": slowest, "slow_stage": stage, "slow_stage_reason": stage_reason,
         "stage_excess_us": excess, "stage_figure": scope_key,
         "per_rank": summary, "per_step": steps,
@@ -280,7 +298,13 @@ def verdict(result):
     slow = result["slowest_rank"]
     s = result["per_rank"][str(slow)]
     key = result["slowest_by"]
-    what = "work (wall less exposed communication)" if key == "work_us" else "wall time (no communication in the trace)"
+    if key == "work_us":
+        what = "work (wall less exposed communication)"
+    elif result["comm_null_reason"]:
+        what = "wall time (no communication in the trace)"
+    else:
+        what = ("wall time (work unavailable on rank " + ", rank ".join(result["figures_unavailable"])
+                + f": {RUNS_AHEAD})")
     others = statistics.median(result["per_rank"][str(r)][key] for r in result["ranks"] if r != slow)
     text = (f"slowest rank {slow}: {what} {s[key] / 1e3:.1f} ms per step against {others / 1e3:.1f} ms "
             f"(median) on the other ranks")
@@ -334,6 +358,8 @@ def format_text(result):
              f"communication: {', '.join(f'rank {r}: {s}' for r, s in result['comm_source'].items())}"]
     if result["comm_null_reason"]:
         lines.append(f"communication figures: n/a ({result['comm_null_reason']})")
+    for r, why in result["figures_unavailable"].items():
+        lines.append(f"rank {r}: n/a: {why}")
     rows = [("step wall ms", "wall_us"), ("work ms (wall - exposed comm)", "work_us"), ("comm ms", "comm_us"),
             ("exposed comm ms", "exposed_comm_us"), ("gpu idle ms", "gpu_idle_us"), ("input gap ms", "input_gap_us"),
             ("cpu input/next_batch ms", "next_batch_cpu_us")]

@@ -23,11 +23,15 @@ Definitions (all times in microseconds of the trace's own clock):
   (it follows launches from the annotating thread only: on eager steps train/forward_backward's annotation
   spans the forward pass, gaps included, while autograd's own thread launches the backward pass; the CPU
   scope open at the launch, on any thread, misses neither).
-- gpu_span: the step's stretch of the GPU's own timeline, from the start of its first GPU event to
-  the start of the next step's first one (the last step: to the end of its last event); the window's
-  gpu_span runs from the first to the last GPU event of the work launched inside the window.
-  Invariant, checked here: a step's gpu_work never exceeds its gpu_span (a violation means the
-  steps' GPU work overlaps; the step's GPU-timeline figures are then null with the reason).
+- gpu_span: the step's slot on the GPU's own timeline, from the start of its first GPU event to
+  the start of the next step's first one. The last traced step's slot has no end (no next step in
+  the trace; the end of its own last event would leave out whatever idle follows it): its gpu_span is
+  null with the reason. The window's gpu_span runs from the first to the last GPU event of the work
+  launched inside the window (the stretch the gpu_timeline basis measures); its gpu_span_per_step_us
+  is the mean over the complete slots only (N-1 of N steps; null when there are none).
+  Invariant, checked here on the complete slots: a step's gpu_work never exceeds its gpu_span (a
+  violation means the steps' GPU work overlaps; the step's GPU-timeline figures are then null with
+  the reason), nor the work of the steps with a complete slot their slots' total.
 - gpu_lag: how long after the window's CPU end the last of its GPU work finished.
 - Idle figures, in one of two bases (idle_basis):
   cpu_steps: while the GPU keeps up, busy = union of all GPU intervals clipped to the CPU's steps,
@@ -63,6 +67,8 @@ SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
               "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
               "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"}
 SMALL_KERNEL_US = 10.0
+OPEN_SLOT = ("the last traced step has no next step to end its GPU slot (a slot runs from the step's first "
+             "GPU event to the next step's first)")
 EPS_US = 0.01  # exported timestamps carry ns decimals: sums of a few thousand of them stay well within this
 OUTSIDE_SCOPES = "(outside the four scopes)"
 CAVEAT = ("profiled steps run slower than unprofiled ones (record_shapes, profile_memory and "
@@ -504,18 +510,19 @@ def bucket(events, kernels_all):
 
 
 def gpu_slots(steps, by_step):
-    """Each step's stretch of the GPU timeline: [its first GPU start, the next step's first GPU start).
+    """Each step's slot of the GPU timeline: [its first GPU start, the next step's first GPU start).
 
-    Returns {step: [start, end] or None}, and the reason when the stretches are undefined.
+    Returns {step: [start, end] or None}, and the reason when the slots are undefined. The last step
+    with GPU work maps to None: nothing in the trace ends its slot (OPEN_SLOT).
     """
     firsts = [(num, min(ev[1] for ev, _ in by_step[num])) for num, _, _ in steps if by_step.get(num)]
     if not firsts:
         return {}, "no GPU work was launched inside the window"
     if any(b[1] < a[1] for a, b in zip(firsts, firsts[1:])):
         return {}, "a later step's GPU work starts before an earlier step's: the steps' GPU stretches are undefined"
-    last_end = max(ev[2] for num, _ in firsts for ev, _ in by_step[num])
-    bounds = [f for _, f in firsts] + [last_end]
-    return {num: [bounds[i], bounds[i + 1]] for i, (num, _) in enumerate(firsts)}, None
+    slots = {num: [f, firsts[i + 1][1]] for i, (num, f) in enumerate(firsts[:-1])}
+    slots[firsts[-1][0]] = None
+    return slots, None
 
 
 def summarize_events(events, name="trace"):
@@ -593,7 +600,7 @@ def summarize_events(events, name="trace"):
         step["gpu_span_us"] = (slot[1] - slot[0]) if slot else None
         step["gpu_lag_us"] = max(0.0, max(ev[2] for ev, _ in mine) - b) if mine else 0.0
         step["gpu_annotation_us"] = {sc: annotations[(num, sc)] for sc in SCOPES if (num, sc) in annotations}
-        reason = slot_reason if slot is None else None
+        reason = (OPEN_SLOT if num in slots else slot_reason) if slot is None else None
         if slot and step["gpu_work_us"] > step["gpu_span_us"] + EPS_US:
             reason = (f"the GPU work this step launched ({step['gpu_work_us']:.1f} us) exceeds its GPU span "
                       f"({step['gpu_span_us']:.1f} us): steps' GPU work overlaps, the per-step GPU span is undefined")
@@ -612,6 +619,17 @@ def summarize_events(events, name="trace"):
         window["gpu_span_us"] = None
     fill(window, views(window_cpu, [[a, b] for a, b in window_span] if window["gpu_span_us"] else []),
          window["gpu_span_null_reason"])
+    complete = [num for num, slot in slots.items() if slot]
+    window["gpu_slots"] = len(complete)
+    window["gpu_slots_span_us"] = sum(slots[num][1] - slots[num][0] for num in complete)
+    window["gpu_slots_work_us"] = total(union([[ev[1], ev[2]] for num in complete for ev, _ in by_step[num]]))
+    window["gpu_span_per_step_us"] = window["gpu_slots_span_us"] / len(complete) if complete else None
+    window["gpu_span_per_step_null_reason"] = None if complete else (slot_reason or OPEN_SLOT)
+    if complete and window["gpu_slots_work_us"] > window["gpu_slots_span_us"] + EPS_US:
+        window["gpu_span_per_step_us"] = None
+        window["gpu_span_per_step_null_reason"] = (
+            f"the GPU work of the steps with a complete GPU slot ({window['gpu_slots_work_us']:.1f} us) exceeds "
+            f"their slots ({window['gpu_slots_span_us']:.1f} us): steps' GPU work overlaps")
     window.update(steps=len(t.steps), median_step_us=statistics.median(walls))
 
     pre, out = bucket(before, kernels_all), bucket(outside, kernels_all)
@@ -643,8 +661,10 @@ def headline(evidences):
     """The figures logged as Polyaxon outputs, pooled over one or several traces' windows.
 
     profiled_step_ms is the basis span per step (the CPU's step, or the GPU's when the CPU runs
-    ahead); the idle shares come from each window's own basis. Invariant: gpu_work_ms_per_step
-    never exceeds gpu_span_ms_per_step; were it to, gpu_work_ms_per_step is null and the reason given.
+    ahead); the idle shares come from each window's own basis. gpu_span_ms_per_step is the mean of the
+    complete GPU slots (each window's last step has none), null when no window has one;
+    gpu_work_ms_per_step is over all steps. Invariant, on the complete slots: the work of the steps that
+    have one never exceeds their span; were it to, gpu_work_ms_per_step is null and the reason given.
     """
     if isinstance(evidences, dict):
         evidences = [evidences]
@@ -674,11 +694,25 @@ def headline(evidences):
         out["null_reasons"]["gpu_span_ms_per_step"] = out["null_reasons"]["gpu_work_ms_per_step"] = \
             "; ".join(dict.fromkeys(spans))
         return out
-    out["gpu_span_ms_per_step"] = sum(w["gpu_span_us"] for w in windows) / steps / 1e3
+    n_slots = sum(w["gpu_slots"] for w in windows)
     work = sum(w["gpu_work_us"] for w in windows) / steps / 1e3
-    if work > out["gpu_span_ms_per_step"] + EPS_US / 1e3:
+    overlap = [w["gpu_span_per_step_null_reason"] for w in windows
+               if w["gpu_slots"] and w["gpu_span_per_step_us"] is None]
+    if overlap:
+        out["null_reasons"]["gpu_span_ms_per_step"] = out["null_reasons"]["gpu_work_ms_per_step"] = \
+            "; ".join(dict.fromkeys(overlap))
+        return out
+    if not n_slots:
+        out["null_reasons"]["gpu_span_ms_per_step"] = "; ".join(
+            dict.fromkeys(w["gpu_span_per_step_null_reason"] for w in windows))
+        out["gpu_work_ms_per_step"] = work
+        return out
+    out["gpu_span_ms_per_step"] = sum(w["gpu_slots_span_us"] for w in windows) / n_slots / 1e3
+    slot_work = sum(w["gpu_slots_work_us"] for w in windows) / n_slots / 1e3
+    if slot_work > out["gpu_span_ms_per_step"] + EPS_US / 1e3:
         out["null_reasons"]["gpu_work_ms_per_step"] = (
-            f"GPU work per step ({work:.3f} ms) exceeds the GPU span per step ({out['gpu_span_ms_per_step']:.3f} ms)")
+            f"GPU work per complete slot ({slot_work:.3f} ms) exceeds the GPU span per complete slot "
+            f"({out['gpu_span_ms_per_step']:.3f} ms)")
     else:
         out["gpu_work_ms_per_step"] = work
     return out
@@ -722,9 +756,10 @@ def mean_per_step(window):
     n = window["steps"]
     m = dict(window)
     for k in ("wall_us", "gpu_busy_us", "gpu_idle_us", "input_gap_us", "gpu_work_us", "launch_cpu_us",
-              "gpu_span_us", "graph_launches"):
+              "graph_launches"):
         if m.get(k) is not None:
             m[k] = m[k] / n
+    m["gpu_span_us"] = window.get("gpu_span_per_step_us")  # the mean complete slot: the last step has none
     m["scopes_cpu_us"] = {k: v / n for k, v in window["scopes_cpu_us"].items()}
     if m.get("gpu_work_by_scope_us") is not None:
         m["gpu_work_by_scope_us"] = {k: v / n for k, v in window["gpu_work_by_scope_us"].items()}

@@ -138,3 +138,47 @@ def test_cli_prints_the_verdict_and_fails_in_one_line_on_one_rank(tmp_path):
     one = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), str(tmp_path / "rank0")],
                          capture_output=True, text=True, timeout=120)
     assert one.returncode == 1 and one.stderr.count("\n") == 1 and "two or more" in one.stderr
+
+
+def running_ahead_rank(t0, steps=(1, 2, 3, 4), period=100, gpu_period=300):
+    """Steps of `period` us on the CPU, each launching a compute and an NCCL kernel (by correlation id) that
+    the GPU runs `gpu_period` us apart, from 400 us on: the GPU lags the CPU by several steps."""
+    events = []
+    for i, n in enumerate(steps):
+        a, g = t0 + i * period, t0 + 400 + i * gpu_period
+        events += [x(f"ProfilerStep#{n}", "user_annotation", a, period),
+                   x("input/next_batch", "user_annotation", a, 10),
+                   x("train/forward_backward", "user_annotation", a + 10, 80),
+                   x("cudaLaunchKernel", "cuda_runtime", a + 20, 2, correlation=2 * n),
+                   x("cudaLaunchKernel", "cuda_runtime", a + 30, 2, correlation=2 * n + 1),
+                   x("void conv()", "kernel", g, 200, pid=0, tid=7, stream=7, correlation=2 * n),
+                   x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", g + 200, 100, pid=0, tid=20, stream=20,
+                     correlation=2 * n + 1)]
+    return events
+
+
+def test_a_rank_whose_cpu_runs_ahead_has_no_gpu_comm_figures_and_the_result_says_so(tmp_path):
+    """Rank 0's kernels run 300-1300 us after the CPU steps that launched them: its NCCL kernels, clipped to
+    the CPU's steps, would be other steps' communication. Its comm, exposed comm and work are null with the
+    reason, its CPU figures stay, and the slowest rank is named by wall time, saying what was unavailable."""
+    ahead = write(str(tmp_path / "rank0" / "a.pt.trace.json"), running_ahead_rank(0), rank=0)
+    keeps_up = write(str(tmp_path / "rank1" / "b.pt.trace.json"),
+                     gpu_rank(1e9, 30, nccl=(60, 20), compute=(40, 10), steps=(1, 2, 3, 4), period=100), rank=1)
+    r0 = ranks.rank_figures([ahead])
+    assert r0["comm_source"] == "nccl kernels" and r0["comm_null_reason"].startswith(ranks.RUNS_AHEAD)
+    for s in r0["steps"]:
+        assert s["comm_us"] is None and s["exposed_comm_us"] is None and s["work_us"] is None, s
+        assert s["comm_null_reason"] == ranks.RUNS_AHEAD
+        assert s["wall_us"] == 100 and s["next_batch_cpu_us"] == 10
+        assert s["scopes_cpu_us"]["train/forward_backward"] == 80 and s["scopes_less_wait_us"] == s["scopes_cpu_us"]
+    r1 = ranks.rank_figures([keeps_up])
+    assert r1["comm_null_reason"] is None and all(s["exposed_comm_us"] == 20 for s in r1["steps"])
+    result = ranks.across([r0, r1])
+    assert result["slowest_by"] == "wall_us"
+    assert result["figures_unavailable"] == {"0": f"comm, exposed_comm and work: {ranks.RUNS_AHEAD}"}
+    assert result["per_rank"]["0"]["work_us"] is None and result["per_rank"]["1"]["work_us"] == 80
+    assert result["per_rank"]["0"]["scopes_us"]["input/next_batch"] == 10
+    assert result["spread_median_us"]["work_us"] is None
+    assert "work unavailable on rank 0" in result["verdict"] and ranks.RUNS_AHEAD in result["verdict"]
+    assert ranks.headline(result)["max_exposed_comm_share"] is None
+    assert "rank 0: n/a: comm, exposed_comm and work" in ranks.format_text(result)

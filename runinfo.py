@@ -248,8 +248,10 @@ def writable_dirs(places):
                 missing.append(parent)
                 parent = os.path.dirname(parent)
             try:
-                os.makedirs(path, exist_ok=True)
-                made += reversed(missing)
+                try:
+                    os.makedirs(path, exist_ok=True)
+                finally:  # the levels made before a failure deeper down are removed too
+                    made += [m for m in reversed(missing) if os.path.isdir(m)]
                 probe = tempfile.NamedTemporaryFile(dir=path, prefix=".partial-probe-")
                 probe.close()
             except OSError as e:

@@ -513,6 +513,7 @@ def main(argv=None):
                               args.amp, world.world_size)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
+        world.succeeded(record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
     except StopRequested as e:
         if record is None:
             print(f"train.py: {e}; stopped before run.json existed", file=sys.stderr)
@@ -531,7 +532,6 @@ def main(argv=None):
             print(f"train.py: error: {e}", file=sys.stderr)
             return 1
         raise
-    world.succeeded(record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
     world.close()
     print(f"run.json: {record.path}", file=sys.stderr)
     return 0

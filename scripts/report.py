@@ -142,8 +142,9 @@ def report(runs):
             rate = (r["plx"].get("outputs") or {}).get("samples_per_sec") or res.get("samples_per_sec")
             window = (f"{res['window_steps']} batches in {res['window_seconds']:.2f} s"
                       if res.get("window_steps") and res.get("window_seconds") else "")
-            if res.get("share_of_gpu_limit") is not None:  # --cuda-graph runs measure their kernel-time limit
-                window += f", {res['share_of_gpu_limit']:.1%} of the GPU limit"
+            share = res.get("gpu_bound_share", res.get("share_of_gpu_limit"))  # the older runs' name
+            if share is not None:  # --cuda-graph runs measure how GPU-bound the step is
+                window += f", GPU-bound share {share:.1%}"
             rows.append([r["uuid"][:8], configuration(settings_of(r)), device_of(r),
                          f"{rate:,.1f}" if rate is not None else "n/a", window])
         out += ["bench: samples/s over the unprofiled window, one job per row",

@@ -58,3 +58,13 @@ def test_report_since_and_missing_runs(tmp_path, capsys):
     assert report.main([str(tmp_path), "0" * 32]) == 0
     assert "00000000" in capsys.readouterr().out
     assert report.main([str(tmp_path / "nothing")]) == 1
+
+
+def test_report_shows_the_gpu_bound_share_of_graphed_runs(tmp_path):
+    """A --cuda-graph bench run's GPU-bound share is in its row (and an older run's, under its old name)."""
+    make_run(tmp_path, "g" * 32, "2026-12-02T10:01:00+00:00", "succeeded", {"mode": "bench", "workers": 0},
+             {"samples_per_sec": 51700.0}, {"results": {"samples_per_sec": 51700.0, "gpu_bound_share": 0.999}})
+    make_run(tmp_path, "o" * 32, "2026-12-02T10:02:00+00:00", "succeeded", {"mode": "bench", "workers": 0},
+             {"samples_per_sec": 18400.0}, {"results": {"samples_per_sec": 18400.0, "share_of_gpu_limit": 1.0}})
+    text = report.report(report.load_runs(str(tmp_path)))
+    assert "GPU-bound share 99.9%" in text and "GPU-bound share 100.0%" in text

@@ -130,7 +130,7 @@ def refills(cycles, pauses_s, queue_depth, step_s):
             batches = queue_depth if not step_s else min(queue_depth, int(p / step_s))
             if batches and i <= last and i + batches - 1 >= first:
                 what = f"cycle {dumps[i]}'s trace dump" if i in dumps else (
-                    "the profiler's start" if i == 0 else "profiler.step()")
+                    "the profiler's start" if i < first else "profiler.step()")
                 found.append({"before_step": i, "seconds": round(p, 4), "batches": batches, "what": what,
                               "dump": i in dumps})
         out[c["cycle"]] = found

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OFFLINE_ROOT = os.path.join(HERE, ".polyaxon-offline")
@@ -369,8 +370,21 @@ class RunRecord:
         self.data.update(status="succeeded", finished_at=self._now(),
                          artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged] + ["run.json"])
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
-        # Synchronous: the last outputs must reach Polyaxon before end() stops the client.
-        self.tracking.log_outputs(async_req=False, **outputs)
+        # Synchronous: the last outputs must reach Polyaxon before end() stops the client. A server that
+        # refuses the request is asked again; the run's files are written whatever it answers.
+        for attempt in range(3):
+            try:
+                self.tracking.log_outputs(async_req=False, **outputs)
+                break
+            except Exception as e:  # the client raises its ApiException, or a connection error
+                if attempt == 2:
+                    why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+                    print(f"warning: the Polyaxon server did not take the outputs ({why}); run.json holds the "
+                          f"results: {self.path}", file=sys.stderr)
+                    self.data["outputs_not_logged"] = why
+                    write_json_atomic(self.path, self.data)
+                else:
+                    time.sleep(1.0)  # not timed: the run is over
         self.tracking.end()
 
     def stopped(self, stop):

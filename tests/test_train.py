@@ -389,3 +389,40 @@ def test_write_atomic_keeps_the_old_file_when_a_write_fails(tmp_path):
 def test_package_inventory_lists_torch():
     inventory = runinfo.package_inventory().splitlines()
     assert any(line.lower().startswith("torch==") for line in inventory)
+
+
+class FlakyTracking:
+    """A stand-in for polyaxon.tracking whose log_outputs refuses the first `failures` calls."""
+
+    def __init__(self, out_dir, failures):
+        import types
+        self.out_dir, self.failures, self.calls, self.ended = str(out_dir), failures, 0, False
+        self.TRACKING_RUN = types.SimpleNamespace(run_uuid="u" * 32)
+
+    def get_outputs_path(self):
+        return self.out_dir
+
+    def log_file_ref(self, path, name):
+        pass
+
+    def log_outputs(self, async_req=True, **outputs):
+        assert async_req is False, "the last outputs must be logged synchronously"
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("(405) Method Not Allowed")
+
+    def end(self):
+        self.ended = True
+
+
+@pytest.mark.parametrize("failures,logged", [(2, True), (5, False)])
+def test_final_outputs_are_asked_again_and_never_cost_the_run(tmp_path, monkeypatch, failures, logged):
+    """A server that refuses the final outputs is asked three times; after that the run still ends, run.json
+    says the outputs were not logged, and nothing raises."""
+    monkeypatch.setattr(runinfo.time, "sleep", lambda s: None)
+    tracking = FlakyTracking(tmp_path, failures)
+    record = runinfo.RunRecord(tracking, {"mode": "bench"}, "bench")
+    record.succeeded({"samples_per_sec": 1.0})
+    saved = read_json(tmp_path / "run.json")
+    assert tracking.calls == min(failures + 1, 3) and tracking.ended and saved["status"] == "succeeded"
+    assert ("outputs_not_logged" not in saved) == logged

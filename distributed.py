@@ -325,6 +325,15 @@ class _NoTracking:
     def log_metrics(self, **_):
         pass
 
+    def log_failed(self, **_):
+        pass
+
+    def log_stopped(self, **_):
+        pass
+
+    def end(self):
+        pass
+
 
 class RankRecord(RunRecord):
     """The record of a rank other than 0: ranks/rank{R}.json beside rank 0's run.json, no Polyaxon run."""
@@ -348,14 +357,3 @@ class RankRecord(RunRecord):
                          artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged])
         self.log_file(write_json_atomic(self.path, self.data), "run-json")
 
-    def failed(self, error, trace=None):
-        self.data.update(status="failed", error=f"{type(error).__name__}: {error}", finished_at=self._now())
-        if trace:
-            self.data["traceback"] = trace
-        write_json_atomic(self.path, self.data)
-
-    def stopped(self, stop):
-        self.data.update(status="stopped", finished_at=self._now(),
-                         stopped={"signal": stop.signal_name, "phase": stop.phase,
-                                  "steps_completed_in_phase": stop.steps_done})
-        write_json_atomic(self.path, self.data)

@@ -34,7 +34,8 @@ class Stopper:
     def __init__(self):
         self.signum, self.pid = None, os.getpid()
         self.phase, self.steps_done, self.in_steps = "start-up", 0, False
-        self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        for s in SIGNALS:
+            signal.signal(s, self._handle)
 
     @property
     def requested(self):
@@ -74,7 +75,3 @@ class Stopper:
     def step_done(self):
         self.steps_done += 1
         self.boundary()
-
-    def restore(self):
-        for s, previous in self._previous.items():
-            signal.signal(s, previous)

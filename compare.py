@@ -51,7 +51,7 @@ IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_
 # A profile run has no bench window: its evidence stands beside a group whatever the window's length.
 EVIDENCE_IGNORED = IGNORED | {"bench_steps", "warmup_steps"}
 MACHINE = ("host", "gpu", "driver", "torch", "cuda", "cpu_budget")
-EVIDENCE = ("gpu_idle_share", "input_gap_share", "profiled_step_ms")
+EVIDENCE = ("gpu_idle_share", "input_gap_share", "profiled_step_ms", "unprofiled_step_ms", "profiler_distortion")
 ALPHA = 0.05
 # Outputs of older train.py runs under their former names ("kernel-time limit"), read where the new ones are missing.
 OLD_NAMES = {"gpu_bound_share": "share_of_gpu_limit", "gpu_time_samples_per_sec": "gpu_limit_samples_per_sec"}
@@ -430,10 +430,15 @@ def matching_evidence(records, settings, machine):
     if not matches:
         return None
     r = sorted(matches, key=lambda r: r["created_at"])[-1]
-    return {"uuid": r["uuid"], **{k: r["outputs"].get(k) for k in EVIDENCE}}
+    return {"uuid": r["uuid"], "profile_detail": r["settings"].get("profile_detail") or "full",
+            **{k: r["outputs"].get(k) for k in EVIDENCE}}
 
 
 # --------------------------------------------------------------------------- writing
+
+def fmt_opt(v, fmt):
+    return "n/a" if v is None else fmt.format(v)
+
 
 def fmt_rate(v):
     return f"{v / 1000:.2f}k" if v >= 1000 else f"{v:.1f}"
@@ -511,14 +516,17 @@ def markdown_table(table):
 
     evidence = [g for g in table["groups"] if g["evidence"]]
     if evidence:
-        out.write("\nTrace evidence (profile runs of the same settings; profiled steps are slower than bench "
-                  "steps):\n\n")
-        out.write("| group | GPU idle share | input gap share of idle | profiled step ms | median samples/s |\n"
-                  "|---|---|---|---|---|\n")
+        out.write("\nTrace evidence (profile runs of the same settings; profiler distortion = profiled step over "
+                  "unprofiled steps timed just before the capture in the same run, below 1 when refilled loader "
+                  "queues served the profiled steps):\n\n")
+        out.write("| group | capture | GPU idle share | input gap share of idle | profiled step ms "
+                  "| unprofiled step ms | profiler distortion | median samples/s |\n|---|---|---|---|---|---|---|---|\n")
         for g in evidence:
             e = g["evidence"]
-            out.write(f"| {g['group']} | {fmt_share(e['gpu_idle_share'])} | {fmt_share(e['input_gap_share'])} | "
-                      f"{e['profiled_step_ms']:.1f} | {fmt_rate(g['median'])} |\n")
+            out.write(f"| {g['group']} | {e['profile_detail']} | {fmt_share(e['gpu_idle_share'])} | "
+                      f"{fmt_share(e['input_gap_share'])} | {e['profiled_step_ms']:.1f} | "
+                      f"{fmt_opt(e.get('unprofiled_step_ms'), '{:.1f}')} | "
+                      f"{fmt_opt(e.get('profiler_distortion'), '{:.2f}x')} | {fmt_rate(g['median'])} |\n")
         first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
         if first["evidence"] and last["evidence"] and first is not last:
             a, b = first["evidence"], last["evidence"]
@@ -552,7 +560,8 @@ def markdown(result):
 CSV_COLUMNS = ["machine", "group", "n", "median", "min", "max", "spread", "ratio", "bound_low", "bound_high",
                "pairing", "pairs", "paired_median", "paired_min", "paired_max", "sign_test_p", "verdict",
                "flops_per_sample", "median_tflops", "median_mfu", "gpu_bound_share", "gpu_idle_share",
-               "input_gap_share", "profiled_step_ms", "rates"]
+               "input_gap_share", "profiled_step_ms", "unprofiled_step_ms", "profiler_distortion", "profile_detail",
+               "rates"]
 
 
 def csv_text(result):
@@ -569,7 +578,9 @@ def csv_text(result):
                         (g.get("sign_test") or {}).get("p", ""), g["verdict"], c.get("flops_per_sample", ""),
                         c.get("median_tflops", ""), "" if c.get("median_mfu") is None else c["median_mfu"],
                         b.get("median_share", ""), e.get("gpu_idle_share", ""), e.get("input_gap_share", ""),
-                        e.get("profiled_step_ms", ""), " ".join(f"{r:.1f}" for r in g["rates"])])
+                        e.get("profiled_step_ms", ""), "" if e.get("unprofiled_step_ms") is None else e["unprofiled_step_ms"],
+                        "" if e.get("profiler_distortion") is None else e["profiler_distortion"],
+                        e.get("profile_detail", ""), " ".join(f"{r:.1f}" for r in g["rates"])])
     return out.getvalue()
 
 

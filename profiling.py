@@ -16,8 +16,9 @@ What the profiler distorts, and how this module keeps the evidence honest:
 - The decision: the tutorial's schedule (wait=1, warmup=1, active=3, repeat=2) stays; with it, cycle 2
   always follows cycle 1's dump by two steps, fewer than the queue depth of 4 workers (8 batches), so
   the headline figures come from the cycles no pause refilled (cycle 1, unless the profiler's start
-  also paused long enough: then the headline idle and input-gap figures are null with the reason,
-  and the per-cycle figures stay in run.json). A schedule with warmup >= workers x prefetch_factor
+  also paused long enough: then from the steps no pause refilled, where idle time is read on the CPU's
+  steps, whose per-step figures add up; else the headline idle and input-gap figures are null with the
+  reason; the per-cycle figures stay in run.json either way). A schedule with warmup >= workers x prefetch_factor
   would drain a dump's refill too, at the price of more profiled steps than the tutorial prints.
 """
 
@@ -32,8 +33,11 @@ from scopes import SCHEDULE
 # --profile-detail: the tutorial's capture, or one that records only the timeline.
 DETAIL = {"full": {"record_shapes": True, "profile_memory": True, "with_stack": True},
           "lean": {"record_shapes": False, "profile_memory": False, "with_stack": False}}
-# Above this, the workers get at least 10% more time per batch than in an unprofiled run.
+# Above this, the workers get at least 10% more time per batch than in an unprofiled run; below its
+# inverse, the profiled steps ran faster than the unprofiled ones, which the profiler cannot cause.
 DISTORTION_NOTE_AT = 1.1
+# The slowest unprofiled step over the fastest, from which the pace the ratio divides by is called unsteady.
+UNSTEADY_AT = 1.5
 
 
 class TraceWriter:
@@ -85,21 +89,52 @@ class TraceWriter:
                             "dump_seconds": round(seconds, 3), "dump_before_step": prof.step_num})
 
 
-def time_unprofiled(step, steps, synchronize, boundary=lambda: None):
+class Laps:
+    """Each step's time without a synchronization inside: on CUDA an event recorded after each step (the
+    device's clock, on the current stream), on the CPU the host clock. lap() after each step, seconds() once
+    the caller has synchronized."""
+
+    def __init__(self, torch, cuda):
+        self.torch, self.cuda, self.marks = torch, cuda, []
+
+    def lap(self):
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self):
+        pairs = zip(self.marks, self.marks[1:])
+        laps = [a.elapsed_time(b) / 1000 for a, b in pairs] if self.cuda else [b - a for a, b in pairs]
+        return [round(v, 6) for v in laps]
+
+
+def time_unprofiled(step, steps, synchronize, boundary=lambda: None, laps=None):
     """steps plain steps between two synchronizations, just before the capture, in the same process.
 
-    boundary() runs after each step (a stop request is honoured there; a flag test, no sync). Returns the timing and the moment the last step returned (the main loop stops consuming batches
-    there: the closing synchronization and the profiler's start are the first pause).
+    boundary() runs after each step (a stop request is honoured there; a flag test, no sync). laps: a Laps,
+    for each step's time (their spread says how steady the pace was that the distortion is measured
+    against). Returns the timing and the moment the last step returned (the main loop stops consuming
+    batches there: the closing synchronization and the profiler's start are the first pause).
     """
     synchronize()
     t0 = time.perf_counter()
+    if laps:
+        laps.lap()
     for _ in range(steps):
         step()
+        if laps:
+            laps.lap()
         boundary()
     last_step_end = time.perf_counter()
     synchronize()
     seconds = time.perf_counter() - t0
-    return {"steps": steps, "seconds": seconds, "step_ms": seconds / steps * 1e3}, last_step_end
+    out = {"steps": steps, "seconds": seconds, "step_ms": seconds / steps * 1e3}
+    if laps:
+        out["step_ms_each"] = [round(v * 1e3, 4) for v in laps.seconds()]
+    return out, last_step_end
 
 
 class Pauses:
@@ -137,26 +172,47 @@ def refills(cycles, pauses_s, queue_depth, step_s):
     return out
 
 
-def distortion_sentence(ratio, workers, device_input):
-    """A plain sentence when the profiler slows the steps enough to hide (or inflate) input waits."""
-    if ratio is None or ratio < DISTORTION_NOTE_AT:
+def distortion_sentence(ratio, workers, device_input, each_ms=None, detail="full"):
+    """A plain sentence when the profiler slows the steps enough to hide (or inflate) input waits, when the
+    profiled steps ran faster than the unprofiled ones (which the profiler cannot cause), or when the
+    unprofiled pace was too unsteady for the ratio to mean much. each_ms: each unprofiled step's time;
+    detail: the --profile-detail of the capture (a lean one still pays for recording every operator)."""
+    lean = "compare --profile-detail lean" if detail == "full" else "a lean capture still records every operator"
+    if ratio is None:
         return None
     said = f"profiled steps take {ratio:.2f}x the unprofiled ones"
-    if workers:
-        return (f"{said}: the profiler slows the main process while the {workers} DataLoader workers run "
-                f"unprofiled in their own processes, so they get {ratio:.2f}x the time per batch and input "
-                "waits the bench feels may not show in the trace (compare --profile-detail lean)")
-    if device_input:
-        return f"{said}: the trace's CPU times are inflated; the GPU's figures are not"
-    return (f"{said}: loading runs in the profiled main process, so the trace overstates the in-process "
-            "input cost (compare --profile-detail lean)")
+    spread = (f"unprofiled steps ranged from {min(each_ms):.1f} to {max(each_ms):.1f} ms"
+              if each_ms and min(each_ms) > 0 else None)
+    unsteady = spread if spread and max(each_ms) / min(each_ms) >= UNSTEADY_AT else None
+    if ratio <= 1 / DISTORTION_NOTE_AT:
+        if workers:
+            said += (", which the profiler cannot cause: the DataLoader workers' queues, refilled during the "
+                     "profiler's pauses, served them (or the host's pace changed), so the trace understates the "
+                     "input wait; the unprofiled step is the loader-bound pace")
+        else:
+            said += (", which the profiler cannot cause: the host's pace changed between the two timings, so the "
+                     "ratio says nothing of the profiler's cost here")
+    elif ratio >= DISTORTION_NOTE_AT:
+        if workers:
+            said += (f": the profiler slows the main process while the {workers} DataLoader workers run "
+                     f"unprofiled in their own processes, so they get {ratio:.2f}x the time per batch and input "
+                     f"waits the bench feels may not show in the trace ({lean})")
+        elif device_input:
+            said += ": the trace's CPU times are inflated; the GPU's figures are not"
+        else:
+            said += (": loading runs in the profiled main process, so the trace overstates the in-process "
+                     f"input cost ({lean})")
+    elif not unsteady:
+        return None
+    return said + (f"; {unsteady}, a pace that changes this much leaves the ratio uncertain" if unsteady else "")
 
 
 def capture_lines(cycle, capture):
     """The evidence text's account of the capture: the profiler's cost and the pauses before this cycle."""
     lines = [f"capture: --profile-detail {capture['detail']}; unprofiled step "
              f"{_ms(capture['unprofiled_step_ms'])} ms (same process, {capture['unprofiled_steps']} steps "
-             f"just before the capture), profiled step {_ms(capture['profiled_step_ms'])} ms, "
+             f"just before the capture{_spread(capture.get('unprofiled_step_ms_each'))}), profiled step "
+             f"{_ms(capture['profiled_step_ms'])} ms, "
              f"profiler_distortion {_ratio(capture['profiler_distortion'])}"]
     if capture["distortion_sentence"]:
         lines.append(f"capture: {capture['distortion_sentence']}")
@@ -170,9 +226,19 @@ def capture_lines(cycle, capture):
                      f"{r['before_step']}): with {capture['queue_depth']} batches of loader queue "
                      f"({capture['queue']}), about {r['batches']} steps after it may be served from refilled "
                      "queues, so this cycle's input waits may be understated")
-    lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))}"
-                 f"{'' if capture['headline_clean'] else ' (every cycle followed a refilling pause: idle and input gap null)'}")
+    if capture["headline_clean"]:
+        lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))}")
+    elif capture.get("headline_steps"):
+        lines.append(f"capture: every cycle followed a refilling pause: headline idle, input gap and profiled step "
+                     f"from the steps no pause refilled ({', '.join(map(str, capture['headline_steps']))})")
+    else:
+        lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))} "
+                     "(every cycle followed a refilling pause: idle and input gap null)")
     return lines
+
+
+def _spread(each):
+    return f", each {min(each):.2f} to {max(each):.2f} ms" if each else ""
 
 
 def _ms(v):
@@ -181,6 +247,34 @@ def _ms(v):
 
 def _ratio(v):
     return "n/a" if v is None else f"{v:.2f}"
+
+
+def refilled_steps(refilled_by):
+    """The profiler steps a cycle's refilling pauses may have served: a pause before step i that refilled b
+    batches serves steps i .. i + b - 1."""
+    return {i for r in refilled_by for i in range(r["before_step"], r["before_step"] + r["batches"])}
+
+
+def clean_steps(cycles, evidences):
+    """When every cycle follows a refilling pause: the steps no pause refilled, with their per-step figures,
+    if the cycles read idle time on the CPU's steps (per-step figures then add up to the window's; on the
+    GPU's own timeline they do not, and no step is returned)."""
+    if any(evidences[c["cycle"]].get("idle_basis") != "cpu_steps" for c in cycles):
+        return []
+    out = []
+    for c in cycles:
+        served = refilled_steps(c["refilled_by"])
+        out += [s for s in evidences[c["cycle"]]["steps"]
+                if s["step"] not in served and s.get("pace_us") and s.get("gpu_idle_us") is not None]
+    return out
+
+
+def pool_steps(steps):
+    """The headline idle and input-gap shares and the profiled step, pooled over these steps alone."""
+    pace = sum(s["pace_us"] for s in steps)
+    idle = sum(s["gpu_idle_us"] for s in steps)
+    return {"gpu_idle_share": idle / pace, "input_gap_share": sum(s["input_gap_us"] for s in steps) / idle if idle else 0.0,
+            "profiled_step_ms": pace / len(steps) / 1e3}
 
 
 def write_evidence(cycles, capture):
@@ -199,21 +293,31 @@ def write_evidence(cycles, capture):
     clean = [c["cycle"] for c in cycles if not c["refilled_by"]]
     chosen = clean or [c["cycle"] for c in cycles]
     head = summarize.headline([evidences[n] for n in chosen])
+    head["headline_steps"] = None
     if not clean:
-        why = ("every cycle's active steps follow a pause that let the DataLoader workers refill their queues "
-               "(see refilled_by per cycle): the trace may hide input waits the bench feels")
-        head["gpu_idle_share"] = head["input_gap_share"] = None
-        head["null_reasons"]["input_wait"] = why
+        steps = clean_steps(cycles, evidences)
+        if steps:
+            head.update(pool_steps(steps), headline_steps=[s["step"] for s in steps])
+        else:
+            why = ("every cycle's active steps follow a pause that let the DataLoader workers refill their queues "
+                   "(see refilled_by per cycle), and no step read on the CPU's steps escaped it: the trace may "
+                   "hide input waits the bench feels")
+            head["gpu_idle_share"] = head["input_gap_share"] = None
+            head["null_reasons"]["input_wait"] = why
     unprofiled_ms = capture["unprofiled"]["step_ms"] if capture.get("unprofiled") else None
+    each = (capture.get("unprofiled") or {}).get("step_ms_each")
     ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
-    head.update(unprofiled_step_ms=unprofiled_ms, profiler_distortion=ratio, headline_cycles=chosen)
+    head.update(unprofiled_step_ms=unprofiled_ms, profiler_distortion=ratio, headline_cycles=chosen,
+                unprofiled_step_ms_range=[min(each), max(each)] if each else None)
     account = {"detail": capture["detail"], "unprofiled_step_ms": unprofiled_ms,
                "unprofiled_steps": capture["unprofiled"]["steps"] if capture.get("unprofiled") else None,
                "profiled_step_ms": head["profiled_step_ms"], "profiler_distortion": ratio,
-               "distortion_sentence": distortion_sentence(ratio, capture["workers"], capture["device_input"]),
+               "unprofiled_step_ms_each": each,
+               "distortion_sentence": distortion_sentence(ratio, capture["workers"], capture["device_input"], each,
+                                                         capture["detail"]),
                "queue_depth": capture["queue_depth"], "queue": capture["queue"],
                "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
-               "headline_cycles": chosen, "headline_clean": bool(clean),
+               "headline_cycles": chosen, "headline_clean": bool(clean), "headline_steps": head["headline_steps"],
                "dumps": [{"cycle": d["cycle"], "seconds": d.get("dump_seconds"), "before_step": d["dump_before_step"]}
                          for d in cycles if d.get("dump_before_step") is not None]}
     for c in cycles:

@@ -270,23 +270,14 @@ def warm_up(torch, step, device, args, stop):
     window starts from is the one the tutorial runs); on the CPU, the host clock. A CapturedStep warms
     up eagerly, captures, and replays once.
     """
-    cuda = device.type == "cuda"
-    marks = []
-
-    def lap():
-        if cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()  # on the current stream: CapturedStep's eager steps run on a side stream
-            marks.append(event)
-        else:
-            marks.append(time.perf_counter())
+    laps = profiling.Laps(torch, device.type == "cuda")  # on the current stream: CapturedStep's eager steps run on a side stream
 
     def step_done():
-        lap()
+        laps.lap()
         stop.step_done()
 
     t0 = time.perf_counter()
-    lap()
+    laps.lap()
     with stop.steps("warm-up"):
         print(f"warm-up: {args.warmup_steps} steps", file=sys.stderr)
         if args.cuda_graph:
@@ -296,12 +287,7 @@ def warm_up(torch, step, device, args, stop):
                 step()
                 step_done()
     synchronize(torch, device)
-    seconds = time.perf_counter() - t0
-    if cuda:
-        laps = [a.elapsed_time(b) / 1000 for a, b in zip(marks, marks[1:])]
-    else:
-        laps = [b - a for a, b in zip(marks, marks[1:])]
-    return seconds, [round(v, 5) for v in laps]
+    return time.perf_counter() - t0, [round(v, 5) for v in laps.seconds()]
 
 
 # --------------------------------------------------------------------------- the two modes
@@ -319,7 +305,7 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world):
                                        skip=lambda: stop.requested)
     with stop.steps("profile"):
         unprofiled, last_step_end = profiling.time_unprofiled(step, PROFILE_STEPS, lambda: synchronize(torch, device),
-                                                                  stop.boundary)
+                                                              stop.boundary, profiling.Laps(torch, cuda))
         pauses = profiling.Pauses(since=last_step_end)
         with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
                      **profiling.DETAIL[args.profile_detail]) as profiler:

@@ -24,7 +24,10 @@ BASE_SETTINGS = {"mode", "workers", "batch_size", "warmup_steps", "bench_steps",
                  "world_size", "nproc_per_node"}
 EVIDENCE = (("gpu_idle_share", "GPU idle share", "{:.2f}"),
             ("input_gap_share", "input gap share of idle", "{:.2f}"),
-            ("profiled_step_ms", "profiled step ms", "{:.1f}"))
+            ("profiled_step_ms", "profiled step ms", "{:.1f}"),
+            ("unprofiled_step_ms", "unprofiled step ms", "{:.1f}"),
+            ("profiler_distortion", "distortion", "{:.2f}x"))
+GPU_FIGURES = {"gpu_idle_share", "input_gap_share"}
 PERFETTO = "https://ui.perfetto.dev (Perfetto v57.1 or later)"
 
 
@@ -99,7 +102,10 @@ def figure(r, key, fmt):
         evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
         value = evidence.get(key)
     if value is None:
-        return "n/a (CPU-only trace)" if cpu_only(r) and key != "profiled_step_ms" else "n/a"
+        if cpu_only(r) and key in GPU_FIGURES:
+            return "n/a (CPU-only trace)"
+        reasons = (((r["run"] or {}).get("results") or {}).get("evidence") or {}).get("null_reasons") or {}
+        return "n/a (refilled queues)" if key in GPU_FIGURES and "input_wait" in reasons else "n/a"
     return fmt.format(value)
 
 
@@ -151,10 +157,16 @@ def report(runs):
                 table(["run", "configuration", "device", "samples/s", "window"], rows),
                 "(one job per setting is a first look: make bench-alternating, then make compare)", ""]
     if profile:
-        rows = [[r["uuid"][:8], configuration(settings_of(r)), device_of(r)] +
-                [figure(r, key, fmt) for key, _, fmt in EVIDENCE] for r in profile]
-        out += ["profile: trace evidence of the headline cycles (those no pause refilled; profiled steps run slower than bench ones)",
-                table(["run", "configuration", "device"] + [title for _, title, _ in EVIDENCE], rows), "",
+        rows = [[r["uuid"][:8], configuration(settings_of(r)), settings_of(r).get("profile_detail") or "full",
+                 device_of(r)] + [figure(r, key, fmt) for key, _, fmt in EVIDENCE] for r in profile]
+        out += ["profile: trace evidence of the headline cycles (those no pause refilled); distortion = profiled "
+                "step / unprofiled step, both in the same run",
+                table(["run", "configuration", "capture", "device"] + [title for _, title, _ in EVIDENCE], rows)]
+        for r in profile:
+            said = ((r["run"].get("results") or {}).get("evidence") or {}).get("distortion_sentence")
+            if said:
+                out.append(f"  {r['uuid'][:8]}: {said}")
+        out += ["",
                 f"traces to open at {PERFETTO}; per step: python summarize.py TRACE"]
         for r in profile:
             out += [f"  {r['uuid'][:8]} {configuration(settings_of(r))}:"] + \

@@ -1,6 +1,7 @@
 """compare.py: paired statistics and the exact sign test on fabricated records, machines never pooled,
 all-or-none outputs, real offline runs, and the Polyaxon-client path."""
 import csv
+import io
 import json
 import os
 import random
@@ -201,6 +202,20 @@ def test_profile_failed_and_inputless_runs_are_left_out_and_named():
     assert sum(g["n"] for g in table(result)["groups"]) == 6
     assert table(result)["groups"][0]["evidence"]["uuid"] == "p0", "the matching profile run's evidence sits beside"
     assert table(result)["groups"][1]["evidence"] is None
+
+
+def test_the_evidence_row_names_its_capture_and_the_profiler_s_distortion():
+    """A lean profile run of the baseline's settings: its row says `lean`, the unprofiled step and the
+    ratio; the CSV carries them too."""
+    profile = rec("p0", 30, None, mode="profile", profile_detail="lean")
+    profile["outputs"].update(unprofiled_step_ms=9.94, profiler_distortion=1.578)
+    result = compare.compare_records(study([1.0, 2.0], [3.0, 4.0]) + [profile])
+    text = compare.markdown(result)
+    row = next(line for line in text.splitlines() if line.startswith("| workers=0 | lean |"))
+    assert "| 90.0 | 9.9 | 1.58x |" in row
+    rows = list(csv.DictReader(io.StringIO(compare.csv_text(result))))
+    assert rows[0]["profile_detail"] == "lean" and float(rows[0]["profiler_distortion"]) == 1.578
+    assert rows[1]["profile_detail"] == "" and rows[1]["profiler_distortion"] == ""
 
 
 def test_only_profile_runs_is_an_error():

@@ -26,7 +26,9 @@ def fabricated(root):
                                                                       "window_seconds": 1.0}})
     p = make_run(root, "p" * 32, "2026-12-02T10:00:00+00:00", "succeeded", {"mode": "profile", "workers": 0},
                  {"profiled_step_ms": 812.5},
-                 {"device": "cpu", "results": {"gpu_tracks": False, "evidence": {"gpu_idle_share": None},
+                 {"device": "cpu", "results": {"gpu_tracks": False, "evidence": {
+                     "gpu_idle_share": None, "unprofiled_step_ms": 401.0, "profiler_distortion": 2.026,
+                     "distortion_sentence": "profiled steps take 2.03x the unprofiled ones: loading runs in ..."},
                                                "cycles": []}})
     trace = p / "outputs" / "traces" / "t.pt.trace.json.gz"
     trace.parent.mkdir()
@@ -44,6 +46,9 @@ def test_report_shows_rates_evidence_traces_and_failures(tmp_path):
     text = report.report(report.load_runs(str(tmp_path)))
     assert "42.5" in text
     assert "n/a (CPU-only trace)" in text and "812.5" in text
+    row = next(line for line in text.splitlines() if line.startswith("pppppppp"))
+    assert row.split()[3] == "full" and row.split()[-3:] == ["812.5", "401.0", "2.03x"]
+    assert "  pppppppp: profiled steps take 2.03x the unprofiled ones" in text
     assert str(tmp_path / "runs" / ("p" * 32) / "outputs" / "traces" / "t.pt.trace.json.gz") in text
     assert "/elsewhere" not in text, "a trace recorded on another machine is looked up under the root"
     assert "[failed] UserError: boom" in text and "[running] no run.json" in text
@@ -68,3 +73,15 @@ def test_report_shows_the_gpu_bound_share_of_graphed_runs(tmp_path):
              {"samples_per_sec": 18400.0}, {"results": {"samples_per_sec": 18400.0, "share_of_gpu_limit": 1.0}})
     text = report.report(report.load_runs(str(tmp_path)))
     assert "GPU-bound share 99.9%" in text and "GPU-bound share 100.0%" in text
+
+
+def test_a_lean_profile_whose_cycles_were_all_refilled_says_why_its_idle_figures_are_absent(tmp_path):
+    settings = {"mode": "profile", "workers": 4, "profile_detail": "lean"}
+    make_run(tmp_path, "l" * 32, "2026-12-02T10:01:00+00:00", "succeeded", settings,
+             {"profiled_step_ms": 15.7, "unprofiled_step_ms": 9.9, "profiler_distortion": 1.58},
+             {"device": "cuda", "environment": {"gpu": "NVIDIA H200"}, "results": {"gpu_tracks": True, "evidence": {
+                 "gpu_idle_share": None, "input_gap_share": None, "null_reasons": {"input_wait": "every cycle ..."}},
+                 "cycles": []}})
+    row = next(line for line in report.report(report.load_runs(str(tmp_path))).splitlines()
+               if line.startswith("llllllll"))
+    assert "lean" in row.split() and row.count("n/a (refilled queues)") == 2 and row.endswith("1.58x")

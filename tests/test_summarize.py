@@ -11,7 +11,7 @@ import pytest
 
 import summarize
 from conftest import ROOT
-from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
+from scopes import FORWARD_BACKWARD, NEXT_BATCH, TO_DEVICE
 
 CPU = {"pid": 1, "tid": 1}
 RESULTS = os.path.join(ROOT, "results")

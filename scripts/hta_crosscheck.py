@@ -82,6 +82,7 @@ def label(trace):
                                                ("gpu_input", "cuda_graph", "channels_last", "fused_sgd",
                                                 "prefetch_stream", "cudnn_benchmark") if s.get(k)]
     shown += [f"{k}={s[k]}" for k in ("amp", "compile") if s.get(k) not in (None, "off")]
+    shown += ["lean"] if s.get("profile_detail") == "lean" else []
     return " ".join(shown)
 
 

@@ -51,7 +51,8 @@ IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_
 # A profile run has no bench window: its evidence stands beside a group whatever the window's length.
 EVIDENCE_IGNORED = IGNORED | {"bench_steps", "warmup_steps"}
 MACHINE = ("host", "gpu", "driver", "torch", "cuda", "cpu_budget")
-EVIDENCE = ("gpu_idle_share", "input_gap_share", "profiled_step_ms", "unprofiled_step_ms", "profiler_distortion")
+EVIDENCE = ("gpu_idle_share", "input_gap_share", "profiled_step_ms", "unprofiled_step_ms", "profiler_distortion",
+            "profiler_distortion_se")
 ALPHA = 0.05
 # Outputs of older train.py runs under their former names ("kernel-time limit"), read where the new ones are missing.
 OLD_NAMES = {"gpu_bound_share": "share_of_gpu_limit", "gpu_time_samples_per_sec": "gpu_limit_samples_per_sec"}
@@ -112,6 +113,8 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
         "logged_inputs": settings is not None, "settings": dict(settings or {}),
         "mode": (settings or {}).get("mode"), "outputs": outputs, "samples_per_sec": outputs.get("samples_per_sec"),
         "machine": machine, "facts_from": facts, "error": run_json.get("error") or failure_of(conditions),
+        "window_restarts": outputs.get("epoch_restarts_in_window",
+                                       (run_json.get("results") or {}).get("epoch_restarts_in_window")),
     }
 
 
@@ -314,6 +317,10 @@ def compare_records(records, baseline=None, per_host=False):
     if len(varying) > 1:
         warnings.append(f"groups differ in more than one setting ({', '.join(varying)}): "
                         "a difference cannot be pinned on one of them")
+    crossed = [r["uuid"][:8] for r in bench if r.get("window_restarts")]
+    if crossed:
+        warnings.append(f"the timed window of {', '.join(crossed)} crossed an epoch boundary: its rate includes a "
+                        "new shuffle and, with DataLoader workers that are not persistent, their restart")
     tables = [compare_machine(machine, runs, varying, baseline, records, len(machines) > 1)
               for machine, runs in sorted(machines.items(), key=lambda kv: [str(v) for v in kv[0]])]
     return {"tables": tables, "varying": varying, "warnings": warnings, "alpha": ALPHA,
@@ -405,7 +412,8 @@ def hardware_ceiling(runs):
         return None
     mfus = [r["outputs"].get("mfu") for r in runs]
     peaks = sorted({(r["outputs"].get("peak_tflops"), r["outputs"].get("peak_precision")) for r in runs}, key=str)
-    out = {"flops_per_sample": statistics.median(r["outputs"].get("flops_per_sample") or 0 for r in runs),
+    per_sample = [r["outputs"].get("flops_per_sample") for r in runs]
+    out = {"flops_per_sample": None if None in per_sample else statistics.median(per_sample),
            "median_tflops": statistics.median(tflops), "median_mfu": None, "peaks": peaks, "mfu_note": None}
     if all(m is not None for m in mfus):
         out["median_mfu"] = statistics.median(mfus)
@@ -484,7 +492,8 @@ def markdown_table(table):
             c = g["ceiling"]
             mfu = f"{c['median_mfu']:.3f}" if c["median_mfu"] is not None else f"n/a ({c['mfu_note']})"
             peaks = ", ".join(f"{p:g} ({q})" if p is not None else "n/a" for p, q in c["peaks"])
-            out.write(f"| {g['group']} | {c['flops_per_sample'] / 1e9:.3f} | {c['median_tflops']:.2f} | {mfu} | "
+            per_sample = "n/a" if c["flops_per_sample"] is None else f"{c['flops_per_sample'] / 1e9:.3f}"
+            out.write(f"| {g['group']} | {per_sample} | {c['median_tflops']:.2f} | {mfu} | "
                       f"{peaks} |\n")
     if without and not with_flops:
         out.write(f"TFLOP/s and MFU absent for every group: {NO_FLOPS}.\n")
@@ -526,7 +535,9 @@ def markdown_table(table):
             out.write(f"| {g['group']} | {e['profile_detail']} | {fmt_share(e['gpu_idle_share'])} | "
                       f"{fmt_share(e['input_gap_share'])} | {e['profiled_step_ms']:.1f} | "
                       f"{fmt_opt(e.get('unprofiled_step_ms'), '{:.1f}')} | "
-                      f"{fmt_opt(e.get('profiler_distortion'), '{:.2f}x')} | {fmt_rate(g['median'])} |\n")
+                      f"{fmt_opt(e.get('profiler_distortion'), '{:.2f}x')}"
+                      f"{fmt_opt(e.get('profiler_distortion_se'), ' +/- {:.2f}').replace('n/a', '')} | "
+                      f"{fmt_rate(g['median'])} |\n")
         first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
         if first["evidence"] and last["evidence"] and first is not last:
             a, b = first["evidence"], last["evidence"]
@@ -575,7 +586,7 @@ def csv_text(result):
             w.writerow([table["machine_label"], g["group"], g["n"], g["median"], g["min"], g["max"], g["spread"],
                         g.get("ratio", 1.0), *(g.get("ratio_bounds") or ("", "")), g.get("pairing", ""),
                         paired.get("n", ""), paired.get("median", ""), paired.get("min", ""), paired.get("max", ""),
-                        (g.get("sign_test") or {}).get("p", ""), g["verdict"], c.get("flops_per_sample", ""),
+                        (g.get("sign_test") or {}).get("p", ""), g["verdict"], c.get("flops_per_sample") or "",
                         c.get("median_tflops", ""), "" if c.get("median_mfu") is None else c["median_mfu"],
                         b.get("median_share", ""), e.get("gpu_idle_share", ""), e.get("input_gap_share", ""),
                         e.get("profiled_step_ms", ""), "" if e.get("unprofiled_step_ms") is None else e["unprofiled_step_ms"],

@@ -4,31 +4,37 @@ What the profiler distorts, and how this module keeps the evidence honest:
 - Its own cost. record_shapes, profile_memory and with_stack (--profile-detail full, the tutorial's
   capture) inflate the profiled main process only; DataLoader workers run unprofiled in their own
   processes. So PROFILE_STEPS unprofiled steps are timed in the same process just before the capture
-  (synchronized at both ends, never inside the profiled window), and profiler_distortion = profiled
-  step / unprofiled step is reported beside every trace's evidence.
+  (synchronized at both ends, never inside the profiled window, each step by a CUDA event or the host
+  clock), and profiler_distortion = profiled step / unprofiled step (their mean, the first left out when
+  it is the slowest: it starts on an empty GPU queue) is reported beside every trace's evidence, with its
+  standard error.
 - Its pauses. Writing a cycle's trace takes about a second inside profiler.step(), and starting the
   profiler takes time too; the workers keep loading meanwhile, up to workers x prefetch_factor batches
   ahead, so the steps after a long pause may be served from refilled queues and show no input wait that
-  the bench would feel. Every pause of the main loop between steps is measured. A pause of p seconds
-  refills about p / (one unprofiled step) batches, capped at the queue depth: when the loop waits for
-  input, one unprofiled step is the loader's time per batch (when it does not, queues are full anyway
-  and a refill hides nothing). A cycle whose active steps fall within a pause's refill is flagged.
+  the bench would feel. Every pause of the main loop, and every step, is timed. queue_waits models the
+  loader as one batch per unprofiled step (when the loop waits for input, that is the loader's pace); a
+  step is served by a refill when with the pauses it waits less than WAITED_AT of a batch's time and
+  without them at least that. A cycle with such steps is flagged. Where the CPU runs ahead of the
+  GPU, a host-side wait idles no GPU and nothing is flagged.
 - The decision: the tutorial's schedule (wait=1, warmup=1, active=3, repeat=2) stays; with it, cycle 2
   always follows cycle 1's dump by two steps, fewer than the queue depth of 4 workers (8 batches), so
-  the headline figures come from the cycles no pause refilled (cycle 1, unless the profiler's start
-  also paused long enough: then from the steps no pause refilled, where idle time is read on the CPU's
+  the headline figures come from the cycles no refill served (cycle 1, unless the profiler's start
+  refilled it too: then from the traced steps no refill served, where idle time is read on the CPU's
   steps, whose per-step figures add up; else the headline idle and input-gap figures are null with the
-  reason; the per-cycle figures stay in run.json either way). A schedule with warmup >= workers x prefetch_factor
-  would drain a dump's refill too, at the price of more profiled steps than the tutorial prints.
+  reason; the per-cycle figures stay in run.json either way). A schedule with warmup >= workers x
+  prefetch_factor would drain a dump's refill too, at the price of more profiled steps than the tutorial
+  prints.
 """
 
+import math
 import os
+import statistics
 import sys
 import time
 
 import summarize
 from runinfo import write_atomic, write_json_atomic
-from scopes import SCHEDULE
+from scopes import NEXT_BATCH, SCHEDULE
 
 # --profile-detail: the tutorial's capture, or one that records only the timeline.
 DETAIL = {"full": {"record_shapes": True, "profile_memory": True, "with_stack": True},
@@ -36,8 +42,8 @@ DETAIL = {"full": {"record_shapes": True, "profile_memory": True, "with_stack": 
 # Above this, the workers get at least 10% more time per batch than in an unprofiled run; below its
 # inverse, the profiled steps ran faster than the unprofiled ones, which the profiler cannot cause.
 DISTORTION_NOTE_AT = 1.1
-# The slowest unprofiled step over the fastest, from which the pace the ratio divides by is called unsteady.
-UNSTEADY_AT = 1.5
+# A traced step that spent this share of an unprofiled step in input/next_batch waited for its batch.
+WAITED_AT = 0.25
 
 
 class TraceWriter:
@@ -138,82 +144,179 @@ def time_unprofiled(step, steps, synchronize, boundary=lambda: None, laps=None):
 
 
 class Pauses:
-    """How long the main loop stopped between profiled steps (profiler.step(), trace dumps, the start)."""
+    """How long the main loop stopped between profiled steps (profiler.step(), trace dumps, the start), how
+    long each step took, and, given input_clock (the seconds the loop has spent waiting for batches, so
+    far), how long each step waited for its batch."""
 
-    def __init__(self, since):
-        self.seconds, self._last_end = [], since
+    def __init__(self, since, input_clock=None):
+        self.seconds, self.step_seconds, self.input_seconds = [], [], []
+        self._last_end, self._start, self._clock, self._input0 = since, since, input_clock, None
 
     def before_step(self):
-        self.seconds.append(time.perf_counter() - self._last_end)
+        self._start = time.perf_counter()
+        self.seconds.append(self._start - self._last_end)
+        self._input0 = self._clock() if self._clock else None
 
     def after_step(self):
         self._last_end = time.perf_counter()
+        self.step_seconds.append(self._last_end - self._start)
+        self.input_seconds.append(self._clock() - self._input0 if self._clock else None)
 
 
-def refills(cycles, pauses_s, queue_depth, step_s):
-    """Per cycle, the pauses whose refilled batches may have served its active steps.
+def queue_waits(pauses_s, compute_s, depth, pace_s, seen_waits=None):
+    """Per loop step, how long it waits for its batch under a model of the loader.
 
-    pauses_s[i]: the pause before profiled step i. A pause of p seconds refills min(depth, p / step_s)
-    batches (all of the depth when step_s is unknown); they serve the steps that follow it.
+    The loader makes one batch per pace_s while its queue (depth batches) has room, and the queue starts
+    empty (the model is for loops that wait for input: the unprofiled pace is then the loader's). Before
+    step i the loader fills the pause pauses_s[i]; a step that finds a whole batch takes it, one that does
+    not waits (1 - queued) x pace_s for it, which empties the queue; while the step computes (compute_s[i],
+    its time less its wait) the loader goes on. seen_waits: {step: seconds} the waits that were measured;
+    the model takes them as they were (a real loader delivers in lumps: two workers that finish together
+    leave one step served and the next waiting, which a steady pace cannot say).
     """
-    out = {}
+    seen_waits = seen_waits or {}
+    queued, waits = 0.0, []
+    for i, (pause, compute) in enumerate(zip(pauses_s, compute_s)):
+        queued = min(depth, queued + pause / pace_s)
+        if i in seen_waits:
+            wait, queued = seen_waits[i], 0.0
+        elif queued >= 1:
+            wait, queued = 0.0, queued - 1
+        else:
+            wait, queued = (1 - queued) * pace_s, 0.0
+        waits.append(wait)
+        queued = min(depth, queued + compute / pace_s)
+    return waits
+
+
+def refills(cycles, pauses_s, queue_depth, pace_s, compute_s=None, seen_waits=None):
+    """Per cycle, the pauses whose refilled batches served some of its active steps.
+
+    A step counts as served by a refill when queue_waits has it wait less than WAITED_AT of a batch's time
+    with the pauses and at least that without them: a refill hid a wait worth telling. (With steps slower
+    than the loader's pace no step waits either way: that hides input waits too, but it is the profiler's
+    slowdown, which the distortion ratio reports.) compute_s: each loop step's time less its wait for
+    input; an unknown one counts as pace_s. seen_waits: the waits that were measured. Each served step is put down to the longest pause
+    since the last step that waited. pace_s unknown: every traced step after a pause is flagged, but those
+    a trace shows waiting.
+    """
+    n = len(pauses_s)
     dumps = {c.get("dump_before_step"): c["cycle"] for c in cycles}
+    out = {c["cycle"]: [] for c in cycles}
+    if not queue_depth or not n:
+        return out
+    seen_waits = seen_waits or {}
+    if not pace_s:
+        served, waited = (set(range(1, n)) - set(seen_waits) if any(pauses_s) else set()), set(seen_waits)
+    else:
+        compute = [pace_s if d is None else d for d in (list(compute_s or []) + [None] * n)[:n]]
+        with_pauses = queue_waits(pauses_s, compute, queue_depth, pace_s, seen_waits)
+        without = queue_waits([0.0] * n, compute, queue_depth, pace_s, seen_waits)
+        least = WAITED_AT * pace_s
+        served = {i for i in range(n) if with_pauses[i] < least <= without[i]}
+        waited = {i for i in range(n) if with_pauses[i] >= least}
     for c in cycles:
         first, last = c["profiler_steps"]
-        found = []
-        for i, p in enumerate(pauses_s):
-            batches = queue_depth if not step_s else min(queue_depth, int(p / step_s))
-            if batches and i <= last and i + batches - 1 >= first:
-                what = f"cycle {dumps[i]}'s trace dump" if i in dumps else (
-                    "the profiler's start" if i < first else "profiler.step()")
-                found.append({"before_step": i, "seconds": round(p, 4), "batches": batches, "what": what,
-                              "dump": i in dumps})
-        out[c["cycle"]] = found
+        by_pause = {}
+        for i in sorted(j for j in served if first <= j <= last):
+            since = max((k + 1 for k in waited if k < i), default=0)
+            j = max(range(since, i + 1), key=lambda k: pauses_s[k])
+            by_pause.setdefault(j, []).append(i)
+        for j, steps in sorted(by_pause.items()):
+            what = f"cycle {dumps[j]}'s trace dump" if j in dumps else (
+                "the profiler's start" if j < first else "profiler.step()")
+            out[c["cycle"]].append({"before_step": j, "seconds": round(pauses_s[j], 4),
+                                    "batches": round(min(queue_depth, pauses_s[j] / pace_s), 2) if pace_s else queue_depth,
+                                    "steps": steps, "what": what, "dump": j in dumps})
     return out
 
 
-def distortion_sentence(ratio, workers, device_input, each_ms=None, detail="full"):
+def distortion_sentence(ratio, workers, device_input, se=None, detail="full", df=None, refilled=True, spread=None):
     """A plain sentence when the profiler slows the steps enough to hide (or inflate) input waits, when the
-    profiled steps ran faster than the unprofiled ones (which the profiler cannot cause), or when the
-    unprofiled pace was too unsteady for the ratio to mean much. each_ms: each unprofiled step's time;
-    detail: the --profile-detail of the capture (a lean one still pays for recording every operator)."""
-    lean = "compare --profile-detail lean" if detail == "full" else "a lean capture still records every operator"
+    profiled steps ran faster than the unprofiled ones (which the profiler cannot cause), or when the ratio
+    is too uncertain to read: 1 lies within its 95% interval (se: its standard error, df: the degrees of
+    freedom the interval uses). detail: the capture's --profile-detail (a lean capture still pays for
+    recording every operator). refilled: whether a refill served any traced step (with workers, the cause
+    of a ratio below 1 is then queued batches, else a change of the host's pace); spread: the unprofiled
+    steps' (fastest, slowest) ms, said with a ratio below 1."""
     if ratio is None:
         return None
+    lean = "compare --profile-detail lean" if detail == "full" else "a lean capture still records every operator"
     said = f"profiled steps take {ratio:.2f}x the unprofiled ones"
-    spread = (f"unprofiled steps ranged from {min(each_ms):.1f} to {max(each_ms):.1f} ms"
-              if each_ms and min(each_ms) > 0 else None)
-    unsteady = spread if spread and max(each_ms) / min(each_ms) >= UNSTEADY_AT else None
+    give = ("" if se is None else
+            f", give or take {se:.2f} (one standard error, from the spread of the profiled and the unprofiled steps)")
+    if se is not None and abs(ratio - 1) < t975(df) * se:
+        return (said + give + ": too uncertain to tell the profiler's cost from none" +
+                ("; with DataLoader workers both timings can be paced by the loader, which hides the profiler's "
+                 "cost to the main process" if workers else ""))
     if ratio <= 1 / DISTORTION_NOTE_AT:
-        if workers:
-            said += (", which the profiler cannot cause: the DataLoader workers' queues, refilled during the "
-                     "profiler's pauses, served them (or the host's pace changed), so the trace understates the "
-                     "input wait; the unprofiled step is the loader-bound pace")
-        else:
-            said += (", which the profiler cannot cause: the host's pace changed between the two timings, so the "
-                     "ratio says nothing of the profiler's cost here")
-    elif ratio >= DISTORTION_NOTE_AT:
-        if workers:
-            said += (f": the profiler slows the main process while the {workers} DataLoader workers run "
-                     f"unprofiled in their own processes, so they get {ratio:.2f}x the time per batch and input "
-                     f"waits the bench feels may not show in the trace ({lean})")
-        elif device_input:
-            said += ": the trace's CPU times are inflated; the GPU's figures are not"
-        else:
-            said += (": loading runs in the profiled main process, so the trace overstates the in-process "
-                     f"input cost ({lean})")
-    elif not unsteady:
+        ranged = f" (unprofiled steps {spread[0]:.1f} to {spread[1]:.1f} ms)" if spread else ""
+        if workers and refilled:
+            return (said + give + ", which the profiler cannot cause: the DataLoader workers had batches queued during "
+                    "the profiler's pauses (see refilled_by), so the trace understates the input wait; the unprofiled "
+                    f"step{ranged} is the closer figure of the loader-bound pace")
+        return (said + give + ", which the profiler cannot cause: the host's pace changed between the two timings"
+                f"{ranged}, so the ratio says nothing of the profiler's cost here")
+    if ratio < DISTORTION_NOTE_AT:
         return None
-    return said + (f"; {unsteady}, a pace that changes this much leaves the ratio uncertain" if unsteady else "")
+    if workers:
+        return (said + give + f": the profiler slows the main process while the {workers} DataLoader workers run "
+                "unprofiled in their own processes, so each profiled step gives them more time to load and input "
+                f"waits the bench feels may not show in the trace ({lean})")
+    if device_input:
+        return said + give + ": the trace's CPU times are inflated; the GPU's figures are not"
+    return (said + give + ": loading runs in the profiled main process, so the trace overstates the in-process "
+            f"input cost ({lean})")
+
+
+def unprofiled_pace(unprofiled):
+    """The unprofiled step time the ratio divides by, and the per-step times it comes from.
+
+    With per-step times: their mean, leaving out the first when it is the slowest (it starts on an empty GPU
+    queue right after the synchronization, which a steady state never does; in a loop paced by an uneven
+    loader the first is just one of the others). Without: the synchronized mean of all of them."""
+    if not unprofiled:
+        return None, None
+    each = unprofiled.get("step_ms_each")
+    if each and len(each) >= 3:
+        steady = each[1:] if each[0] > max(each[1:]) else list(each)
+        return statistics.fmean(steady), steady
+    return unprofiled.get("step_ms"), None
+
+
+def ratio_se(ratio, profiled_ms, unprofiled_ms):
+    """One standard error of mean(profiled) / mean(unprofiled) from the spread of each (the delta method, the
+    steps taken as independent: an alternating pace counts as spread), and its Welch-Satterthwaite degrees
+    of freedom. (None, None) with fewer than 2 of either."""
+    if ratio is None or len(profiled_ms or []) < 2 or len(unprofiled_ms or []) < 2:
+        return None, None
+    parts = [(statistics.variance(xs) / len(xs) / statistics.fmean(xs) ** 2, len(xs) - 1)
+             for xs in (profiled_ms, unprofiled_ms)]
+    total = sum(v for v, _ in parts)
+    df = total ** 2 / sum(v * v / d for v, d in parts) if total else None
+    return ratio * math.sqrt(total), df
+
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (rounded down: the wider interval).
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
+        15: 2.13, 20: 2.09, 30: 2.04, 60: 2.00}
+
+
+def t975(df):
+    """The t quantile for a 95% interval; 1.96 when df is unknown or large."""
+    if df is None or df > max(T975):
+        return 1.96
+    return T975[max(k for k in T975 if k <= max(1, math.floor(df)))]
 
 
 def capture_lines(cycle, capture):
     """The evidence text's account of the capture: the profiler's cost and the pauses before this cycle."""
+    se = capture.get("profiler_distortion_se")
     lines = [f"capture: --profile-detail {capture['detail']}; unprofiled step "
              f"{_ms(capture['unprofiled_step_ms'])} ms (same process, {capture['unprofiled_steps']} steps "
              f"just before the capture{_spread(capture.get('unprofiled_step_ms_each'))}), profiled step "
-             f"{_ms(capture['profiled_step_ms'])} ms, "
-             f"profiler_distortion {_ratio(capture['profiler_distortion'])}"]
+             f"{_ms(capture['profiled_step_ms'])} ms, profiler_distortion {_ratio(capture['profiler_distortion'])}"
+             f"{'' if se is None else f' +/- {se:.2f}'}"]
     if capture["distortion_sentence"]:
         lines.append(f"capture: {capture['distortion_sentence']}")
     for d in capture["dumps"]:
@@ -223,22 +326,22 @@ def capture_lines(cycle, capture):
                          f"dump ({d['seconds']:.3f} s, before step {d['before_step']})")
     for r in cycle["refilled_by"]:
         lines.append(f"capture: cycle {cycle['cycle']} follows {r['what']} ({r['seconds']:.3f} s, before step "
-                     f"{r['before_step']}): with {capture['queue_depth']} batches of loader queue "
-                     f"({capture['queue']}), about {r['batches']} steps after it may be served from refilled "
-                     "queues, so this cycle's input waits may be understated")
+                     f"{r['before_step']}, about {r['batches']:g} batches of loading; queue {capture['queue_depth']}, "
+                     f"{capture['queue']}): step(s) {', '.join(map(str, r['steps']))} found their batch queued where "
+                     "without the pause they would have waited, so this cycle's input waits may be understated")
     if capture["headline_clean"]:
         lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))}")
     elif capture.get("headline_steps"):
-        lines.append(f"capture: every cycle followed a refilling pause: headline idle, input gap and profiled step "
-                     f"from the steps no pause refilled ({', '.join(map(str, capture['headline_steps']))})")
+        lines.append(f"capture: every cycle has steps a pause refilled: headline figures from the steps none "
+                     f"refilled ({', '.join(map(str, capture['headline_steps']))})")
     else:
         lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))} "
-                     "(every cycle followed a refilling pause: idle and input gap null)")
+                     "(every traced step was served by a refill: idle and input gap null)")
     return lines
 
 
 def _spread(each):
-    return f", each {min(each):.2f} to {max(each):.2f} ms" if each else ""
+    return f"; per step {min(each):.2f} to {max(each):.2f} ms" if each else ""
 
 
 def _ms(v):
@@ -250,13 +353,12 @@ def _ratio(v):
 
 
 def refilled_steps(refilled_by):
-    """The profiler steps a cycle's refilling pauses may have served: a pause before step i that refilled b
-    batches serves steps i .. i + b - 1."""
-    return {i for r in refilled_by for i in range(r["before_step"], r["before_step"] + r["batches"])}
+    """The profiler steps a cycle's refilling pauses served."""
+    return {i for r in refilled_by for i in r["steps"]}
 
 
 def clean_steps(cycles, evidences):
-    """When every cycle follows a refilling pause: the steps no pause refilled, with their per-step figures,
+    """When every cycle has steps a refill served: the traced steps none served, with their per-step figures,
     if the cycles read idle time on the CPU's steps (per-step figures then add up to the window's; on the
     GPU's own timeline they do not, and no step is returned)."""
     if any(evidences[c["cycle"]].get("idle_basis") != "cpu_steps" for c in cycles):
@@ -264,59 +366,106 @@ def clean_steps(cycles, evidences):
     out = []
     for c in cycles:
         served = refilled_steps(c["refilled_by"])
-        out += [s for s in evidences[c["cycle"]]["steps"]
+        out += [(c["cycle"], s) for s in evidences[c["cycle"]]["steps"]
                 if s["step"] not in served and s.get("pace_us") and s.get("gpu_idle_us") is not None]
     return out
 
 
-def pool_steps(steps):
-    """The headline idle and input-gap shares and the profiled step, pooled over these steps alone."""
-    pace = sum(s["pace_us"] for s in steps)
-    idle = sum(s["gpu_idle_us"] for s in steps)
-    return {"gpu_idle_share": idle / pace, "input_gap_share": sum(s["input_gap_us"] for s in steps) / idle if idle else 0.0,
-            "profiled_step_ms": pace / len(steps) / 1e3}
+def pool_steps(head, steps):
+    """The headline's figures over these (cycle, step) pairs alone, read on the CPU's steps: the profiled step
+    and the CPU step are the same there; the GPU span per step over the steps with a complete slot."""
+    n = len(steps)
+    steps = [s for _, s in steps]
+    pace, idle = sum(s["pace_us"] for s in steps), sum(s["gpu_idle_us"] for s in steps)
+    head = {**head, "null_reasons": dict(head["null_reasons"]), "profiled_step_ms": pace / n / 1e3,
+            "cpu_step_ms": sum(s["wall_us"] for s in steps) / n / 1e3, "gpu_idle_share": idle / pace,
+            "input_gap_share": sum(s["input_gap_us"] for s in steps) / idle if idle else 0.0,
+            "gpu_work_ms_per_step": sum(s["gpu_work_us"] for s in steps) / n / 1e3, "gpu_span_ms_per_step": None}
+    head["null_reasons"].pop("gpu_span_ms_per_step", None)
+    slots = [s for s in steps if s.get("gpu_span_us") is not None]
+    if slots:
+        head["gpu_span_ms_per_step"] = sum(s["gpu_span_us"] for s in slots) / len(slots) / 1e3
+    else:
+        head["null_reasons"]["gpu_span_ms_per_step"] = "none of the headline steps has a complete GPU slot"
+    return head
+
+
+def loop_timings(capture, cycles, evidences, pace_s):
+    """Each loop step's compute time (its time less its wait for input) and the waits of WAITED_AT of a
+    batch's time or more ({step: seconds}), from the capture's own measurements where it has them (steps_s,
+    inputs_s), else from the traces (a ProfilerStep's wall time less its input/next_batch); a step neither
+    covers gets the mean compute time of the others (the schedule's wait and warm-up steps in runs recorded
+    before the loop timed its waits)."""
+    n = len(capture["pauses_s"])
+    pad = lambda xs: (list(xs or []) + [None] * n)[:n]  # noqa: E731
+    took, waited = pad(capture.get("steps_s")), pad(capture.get("inputs_s"))
+    traced = {s["step"]: (s["wall_us"] / 1e6, s["scopes_cpu_us"].get(NEXT_BATCH, 0.0) / 1e6)
+              for c in cycles for s in evidences[c["cycle"]]["steps"] if 0 <= s["step"] < n}
+    compute, waits = [None] * n, [None] * n
+    for i in range(n):
+        if took[i] is not None and waited[i] is not None:
+            compute[i], waits[i] = max(0.0, took[i] - waited[i]), waited[i]
+        elif i in traced:
+            compute[i], waits[i] = max(0.0, traced[i][0] - traced[i][1]), traced[i][1]
+    known = [c for c in compute if c is not None]
+    fill = statistics.fmean(known) if known else pace_s
+    compute = [fill if c is None else c for c in compute]
+    least = WAITED_AT * pace_s if pace_s else None
+    seen = {i: w for i, w in enumerate(waits) if w is not None and least is not None and w >= least}
+    return compute, seen
 
 
 def write_evidence(cycles, capture):
     """summarize.py over each cycle's trace, saved beside it with the capture's account; the headline figures.
 
-    capture: detail, unprofiled (time_unprofiled's dict), pauses_s, queue_depth, queue (words), workers,
-    device_input. The headline is pooled over the cycles no pause refilled (see the module's docstring).
+    capture: detail, unprofiled (time_unprofiled's dict), pauses_s, steps_s and inputs_s (each loop step's
+    duration and its wait for input, where measured), queue_depth, queue (words), workers, device_input. The headline is
+    pooled over the cycles no refill served, else over the steps none served (see the module's docstring).
     """
-    step_s = capture["unprofiled"]["step_ms"] / 1e3 if capture.get("unprofiled") else None
-    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], step_s)
-    evidences = {}
+    unprofiled_ms, steady = unprofiled_pace(capture.get("unprofiled"))
+    pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
+    evidences = {c["cycle"]: summarize.summarize_file(c["trace"]) for c in cycles}
+    compute_s, seen = loop_timings(capture, cycles, evidences, pace_s)
+    # Where the CPU runs ahead, the GPU works through queued steps while the host waits: a host-side wait
+    # for input idles no GPU, and the headline is read on the GPU's own timeline. No refill is modelled.
+    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen)
     for c in cycles:
-        evidences[c["cycle"]] = summarize.summarize_file(c["trace"])
+        if evidences[c["cycle"]].get("idle_basis") == "gpu_timeline":
+            refilled[c["cycle"]] = []
+    for c in cycles:
         c["refilled_by"] = refilled[c["cycle"]]
         c["follows_dump"] = [r["before_step"] for r in refilled[c["cycle"]] if r["dump"]]
     clean = [c["cycle"] for c in cycles if not c["refilled_by"]]
     chosen = clean or [c["cycle"] for c in cycles]
-    head = summarize.headline([evidences[n] for n in chosen])
-    head["headline_steps"] = None
-    if not clean:
-        steps = clean_steps(cycles, evidences)
-        if steps:
-            head.update(pool_steps(steps), headline_steps=[s["step"] for s in steps])
-        else:
-            why = ("every cycle's active steps follow a pause that let the DataLoader workers refill their queues "
-                   "(see refilled_by per cycle), and no step read on the CPU's steps escaped it: the trace may "
-                   "hide input waits the bench feels")
-            head["gpu_idle_share"] = head["input_gap_share"] = None
-            head["null_reasons"]["input_wait"] = why
-    unprofiled_ms = capture["unprofiled"]["step_ms"] if capture.get("unprofiled") else None
-    each = (capture.get("unprofiled") or {}).get("step_ms_each")
+    head = summarize.headline([evidences[k] for k in chosen])
+    picked = None if clean else clean_steps(cycles, evidences)
+    if picked:
+        chosen = sorted({k for k, _ in picked})
+        head = pool_steps(summarize.headline([evidences[k] for k in chosen]), picked)
+    elif not clean:
+        head["gpu_idle_share"] = head["input_gap_share"] = None
+        head["null_reasons"]["input_wait"] = (
+            "every traced step found its batch queued by a refill during a pause (see refilled_by per cycle), "
+            "or no step was read on the CPU's steps: the trace may hide input waits the bench feels")
+    head["headline_steps"] = [s["step"] for _, s in picked] if picked else None
+    profiled = ([s["pace_us"] / 1e3 for _, s in picked] if picked else
+                [s["pace_us"] / 1e3 for k in chosen for s in evidences[k]["steps"] if s.get("pace_us")])
     ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
-    head.update(unprofiled_step_ms=unprofiled_ms, profiler_distortion=ratio, headline_cycles=chosen,
-                unprofiled_step_ms_range=[min(each), max(each)] if each else None)
+    se, df = ratio_se(ratio, profiled, steady)
+    head.update(unprofiled_step_ms=unprofiled_ms, profiler_distortion=ratio, profiler_distortion_se=se,
+                profiler_distortion_df=df,
+                headline_cycles=chosen, unprofiled_step_ms_range=[min(steady), max(steady)] if steady else None)
     account = {"detail": capture["detail"], "unprofiled_step_ms": unprofiled_ms,
                "unprofiled_steps": capture["unprofiled"]["steps"] if capture.get("unprofiled") else None,
                "profiled_step_ms": head["profiled_step_ms"], "profiler_distortion": ratio,
-               "unprofiled_step_ms_each": each,
-               "distortion_sentence": distortion_sentence(ratio, capture["workers"], capture["device_input"], each,
-                                                         capture["detail"]),
+               "profiler_distortion_se": se, "unprofiled_step_ms_each": steady,
+               "distortion_sentence": distortion_sentence(
+                   ratio, capture["workers"], capture["device_input"], se, capture["detail"], df,
+                   refilled=any(c["refilled_by"] for c in cycles),
+                   spread=(min(steady), max(steady)) if steady else None),
                "queue_depth": capture["queue_depth"], "queue": capture["queue"],
                "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
+               "compute_s": [round(t, 4) for t in compute_s], "waits_seen_s": {str(k): round(v, 4) for k, v in seen.items()},
                "headline_cycles": chosen, "headline_clean": bool(clean), "headline_steps": head["headline_steps"],
                "dumps": [{"cycle": d["cycle"], "seconds": d.get("dump_seconds"), "before_step": d["dump_before_step"]}
                          for d in cycles if d.get("dump_before_step") is not None]}
@@ -335,7 +484,8 @@ def write_evidence(cycles, capture):
 
 # Headline figures logged as Polyaxon outputs (scalars only; reasons and lists stay in run.json).
 OUTPUT_KEYS = ("profiled_step_ms", "gpu_idle_share", "input_gap_share", "gpu_work_ms_per_step",
-               "gpu_span_ms_per_step", "cpu_step_ms", "cpu_runs_ahead", "unprofiled_step_ms", "profiler_distortion")
+               "gpu_span_ms_per_step", "cpu_step_ms", "cpu_runs_ahead", "unprofiled_step_ms", "profiler_distortion",
+               "profiler_distortion_se")
 
 
 def log_cycles(record, results):

@@ -71,8 +71,9 @@ OPEN_SLOT = ("the last traced step has no next step to end its GPU slot (a slot 
              "GPU event to the next step's first)")
 EPS_US = 0.01  # exported timestamps carry ns decimals: sums of a few thousand of them stay well within this
 OUTSIDE_SCOPES = "(outside the four scopes)"
-CAVEAT = ("profiled steps run slower than unprofiled ones (record_shapes, profile_memory and "
-          "with_stack inflate CPU time): the trace explains where time goes, mode=bench measures it")
+CAVEAT = ("the profiler adds its own cost to the profiled process (more with record_shapes, profile_memory "
+          "and with_stack): the trace explains where time goes, mode=bench measures it; profile mode's "
+          "profiler_distortion says how far the profiled steps moved from unprofiled ones")
 NO_GPU = "no GPU events in the trace (CPU-only profile): GPU figures are not available"
 RUN_AHEAD = ("the CPU runs ahead of the GPU (GPU-bound): the work a step launches runs during later steps' "
              "CPU time, so clipping GPU time to the CPU's steps would describe the CPU's pace; busy, idle and "

@@ -175,7 +175,8 @@ def build_loader(torch, dataset, args, device, world):
 
 
 class Batches:
-    """An endless iterator over the loader that restarts cleanly at each epoch end."""
+    """An endless iterator over the loader that restarts cleanly at each epoch end; waited_s adds up the
+    time the loop spent asking it for batches (profile mode reads it per step)."""
 
     def __init__(self, loader):
         if len(loader) == 0:
@@ -183,12 +184,14 @@ class Batches:
                             f"{loader.batch_size}): lower --batch-size")
         self.loader = loader
         self.epoch_restarts = 0
+        self.waited_s = 0.0
         self._it = iter(loader)
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        t0 = time.perf_counter()
         try:
             return next(self._it)
         except StopIteration:
@@ -197,6 +200,8 @@ class Batches:
                 self.loader.sampler.set_epoch(self.epoch_restarts)
             self._it = iter(self.loader)
             return next(self._it)
+        finally:
+            self.waited_s += time.perf_counter() - t0
 
 
 def build_batches(torch, args, device, world):
@@ -292,7 +297,7 @@ def warm_up(torch, step, device, args, stop):
 
 # --------------------------------------------------------------------------- the two modes
 
-def run_profile(torch, step, device, out_dir, args, loader, stop, world):
+def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_clock=None):
     """The profiler's cost first (unprofiled steps, timed), then ten steps under the tutorial's schedule:
     one trace and two operator tables per cycle, every pause between steps timed, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -304,9 +309,11 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world):
     save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir,  # traces/rank{R}/ in DDP
                                        skip=lambda: stop.requested)
     with stop.steps("profile"):
+        print(f"profile: timing {PROFILE_STEPS} unprofiled steps (the profiler's cost is measured against them)",
+              file=sys.stderr)
         unprofiled, last_step_end = profiling.time_unprofiled(step, PROFILE_STEPS, lambda: synchronize(torch, device),
                                                               stop.boundary, profiling.Laps(torch, cuda))
-        pauses = profiling.Pauses(since=last_step_end)
+        pauses = profiling.Pauses(since=last_step_end, input_clock=input_clock)  # input_clock: Batches.waited_s
         with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
                      **profiling.DETAIL[args.profile_detail]) as profiler:
             for _ in range(PROFILE_STEPS):
@@ -319,13 +326,16 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world):
     workers = loader.get("num_workers") or 0
     depth = workers * (loader.get("prefetch_factor") or 0)
     evidence = profiling.write_evidence(save_trace.cycles, {
-        "detail": args.profile_detail, "unprofiled": unprofiled, "pauses_s": pauses.seconds,
+        "detail": args.profile_detail, "unprofiled": unprofiled, "pauses_s": pauses.seconds, "steps_s": pauses.step_seconds,
+        "inputs_s": pauses.input_seconds,
         "queue_depth": depth, "queue": f"{workers} workers x prefetch_factor {loader.get('prefetch_factor')}"
         if workers else "no worker processes", "workers": workers, "device_input": loader["kind"] == "device"})
     return {
         "evidence": evidence,
         "unprofiled": unprofiled,
         "pauses_s": pauses.seconds,
+        "steps_s": pauses.step_seconds,
+        "inputs_s": pauses.input_seconds,
         "activities": [a.name for a in activities],
         "gpu_tracks": cuda,
         "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
@@ -335,6 +345,18 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world):
         "cycles": save_trace.cycles,
         "profiling_caveat": profiling.summarize.CAVEAT,
     }
+
+
+def window_note(crossed, loader):
+    """What an epoch boundary inside the timed window did to the rate (None when the window crossed none)."""
+    if not crossed:
+        return None
+    said = f"the timed window crossed {crossed} epoch boundar{'y' if crossed == 1 else 'ies'}"
+    if loader is not None and loader.num_workers and not loader.persistent_workers:
+        return (f"{said}: each one shut the {loader.num_workers} DataLoader workers down and started new ones "
+                "inside the window, so the rate includes their start-up (lower --bench-steps or add "
+                "--persistent-workers)")
+    return f"{said} (a new shuffle inside the window)"
 
 
 def run_bench(torch, step, device, batches, args, stop, world):
@@ -359,6 +381,9 @@ def run_bench(torch, step, device, batches, args, stop, world):
         "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
         "loss_after_window": float(loss.item()),
     }
+    results["window_note"] = window_note(results["epoch_restarts_in_window"], getattr(batches, "loader", None))
+    if results["window_note"]:
+        print(f"bench: warning: {results['window_note']}", file=sys.stderr)
     if args.cuda_graph:
         # After the window, never in it: these replays train on, but are timed by events alone.
         # gpu_bound_share: the window's rate over the rate the step's own GPU time allows. Near 1 the step
@@ -374,7 +399,8 @@ def run_bench(torch, step, device, batches, args, stop, world):
 
 # --------------------------------------------------------------------------- main
 
-BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "gpu_ms_per_step", "gpu_time_samples_per_sec",
+BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "epoch_restarts_in_window",
+                 "gpu_ms_per_step", "gpu_time_samples_per_sec",
                  "gpu_bound_share", "flops_per_sample", "model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")
 
 
@@ -489,8 +515,9 @@ def main(argv=None):
             record["cuda_graph"] = step.info
 
         if args.mode == "profile":
+            clock = (lambda: batches.waited_s) if hasattr(batches, "waited_s") else None
             record["results"] = results = run_profile(torch, step, device, record.out_dir, args, facts["loader"],
-                                                      stop, world)
+                                                      stop, world, clock)
             outputs = profiling.log_cycles(record, results)
             outputs.update(world.profile_evidence(record, results))  # DDP: the slow rank and its stage
         else:

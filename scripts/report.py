@@ -97,10 +97,12 @@ def cpu_only(r):
 
 
 def figure(r, key, fmt):
-    value = (r["plx"].get("outputs") or {}).get(key)
-    if value is None:
-        evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
-        value = evidence.get(key)
+    outputs = r["plx"].get("outputs") or {}
+    evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
+    value = outputs.get(key, evidence.get(key))
+    if key == "profiler_distortion" and value is not None:
+        se = outputs.get("profiler_distortion_se", evidence.get("profiler_distortion_se"))
+        return fmt.format(value) + ("" if se is None else f" +/- {se:.2f}")
     if value is None:
         if cpu_only(r) and key in GPU_FIGURES:
             return "n/a (CPU-only trace)"
@@ -159,8 +161,8 @@ def report(runs):
     if profile:
         rows = [[r["uuid"][:8], configuration(settings_of(r)), settings_of(r).get("profile_detail") or "full",
                  device_of(r)] + [figure(r, key, fmt) for key, _, fmt in EVIDENCE] for r in profile]
-        out += ["profile: trace evidence of the headline cycles (those no pause refilled); distortion = profiled "
-                "step / unprofiled step, both in the same run",
+        out += ["profile: trace evidence of the headline (the cycles, or else the steps, no refill served); "
+                "distortion = profiled step / unprofiled step, both in the same run",
                 table(["run", "configuration", "capture", "device"] + [title for _, title, _ in EVIDENCE], rows)]
         for r in profile:
             said = ((r["run"].get("results") or {}).get("evidence") or {}).get("distortion_sentence")

@@ -13,6 +13,13 @@ what=${1:-main}
 export POLYAXON_OFFLINE_ROOT=${POLYAXON_OFFLINE_ROOT:-$PWD/.polyaxon-offline}
 export POLYAXON_TRACKING_FLUSH_DELAY=0
 
+bad() { echo "run-local.sh: error: $*" >&2; exit 2; }
+case "${DATA:-}" in ""|cifar10|synthetic) ;; *) bad "DATA must be cifar10 or synthetic, got '$DATA'" ;; esac
+[[ ${REPEATS:-3} =~ ^[1-9][0-9]*$ ]] || bad "REPEATS must be a whole number of 1 or more, got '${REPEATS}'"
+for w in ${WORKERS:-0 4}; do [[ $w =~ ^[0-9]+$ ]] || bad "WORKERS must be whole numbers, got '$w'"; done
+for v in WARMUP_STEPS BENCH_STEPS; do
+  [ -z "${!v:-}" ] || [[ ${!v} =~ ^[1-9][0-9]*$ ]] || bad "$v must be a whole number of 1 or more, got '${!v}'"
+done
 if [ -z "${DATA:-}" ]; then
   if [ -d data/cifar-10-batches-py ]; then DATA=cifar10
   else
@@ -54,7 +61,7 @@ esac
 
 new=$(comm -13 <(echo "$before") <(list_runs))
 echo
-echo "=== the runs of this call (all local runs: $PY -m polyaxon ops ls --offline --path $POLYAXON_OFFLINE_ROOT)"
+echo "=== the runs of this call (all local runs: COLUMNS=220 $PY -m polyaxon ops ls --offline --path $POLYAXON_OFFLINE_ROOT)"
 if [ -n "$new" ]; then
   # shellcheck disable=SC2086  # one uuid per word
   "$PY" scripts/report.py "$POLYAXON_OFFLINE_ROOT" $new

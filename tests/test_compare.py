@@ -208,14 +208,25 @@ def test_the_evidence_row_names_its_capture_and_the_profiler_s_distortion():
     """A lean profile run of the baseline's settings: its row says `lean`, the unprofiled step and the
     ratio; the CSV carries them too."""
     profile = rec("p0", 30, None, mode="profile", profile_detail="lean")
-    profile["outputs"].update(unprofiled_step_ms=9.94, profiler_distortion=1.578)
+    profile["outputs"].update(unprofiled_step_ms=9.94, profiler_distortion=1.578, profiler_distortion_se=0.157)
     result = compare.compare_records(study([1.0, 2.0], [3.0, 4.0]) + [profile])
     text = compare.markdown(result)
     row = next(line for line in text.splitlines() if line.startswith("| workers=0 | lean |"))
-    assert "| 90.0 | 9.9 | 1.58x |" in row
+    assert "| 90.0 | 9.9 | 1.58x +/- 0.16 |" in row
     rows = list(csv.DictReader(io.StringIO(compare.csv_text(result))))
     assert rows[0]["profile_detail"] == "lean" and float(rows[0]["profiler_distortion"]) == 1.578
     assert rows[1]["profile_detail"] == "" and rows[1]["profiler_distortion"] == ""
+
+
+def test_a_window_that_crossed_an_epoch_boundary_is_named_in_a_warning():
+    records = study([1.0, 2.0], [3.0, 4.0])
+    records[1]["window_restarts"] = 1
+    result = compare.compare_records(records)
+    assert any(w.startswith("the timed window of a1 crossed an epoch boundary") for w in result["warnings"])
+    assert not any("epoch" in w for w in compare.compare_records(study([1.0, 2.0], [3.0, 4.0]))["warnings"])
+    r = compare.record_from("x", "bench-x", "2026-12-02T10:00:00", "succeeded", {"mode": "bench"},
+                            {"samples_per_sec": 1.0}, {"results": {"epoch_restarts_in_window": 2}})
+    assert r["window_restarts"] == 2
 
 
 def test_only_profile_runs_is_an_error():
@@ -273,6 +284,15 @@ def test_tflops_and_mfu_per_group_and_absent_for_older_runs():
     text = compare.markdown(result)
     assert "TFLOP/s and MFU absent for workers=0: these runs predate" in text
     assert "| workers=4 | 3.329 | 38.28 | 0.077 | 494.5 (tf32) |" in text
+
+
+def test_a_run_without_its_flop_count_makes_the_group_s_gflop_per_sample_absent_not_zero():
+    runs = [with_flops(rec(f"a{i}", i, r), r * 3.329e9 / 1e12, r * 3.329e9 / 1e12 / 494.5)
+            for i, r in enumerate([11_000.0, 12_000.0])]
+    del runs[1]["outputs"]["flops_per_sample"]
+    result = compare.compare_records(runs)
+    assert table(result)["groups"][0]["ceiling"]["flops_per_sample"] is None
+    assert "| all runs | n/a | 38.28 |" in compare.markdown(result)
 
 
 def test_mfu_absent_on_the_cpu_says_why():

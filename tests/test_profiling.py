@@ -42,30 +42,36 @@ def two_cycles(tmp_path):
             {"cycle": 2, "profiler_steps": [7, 9], "trace": two, "dump_before_step": 10, "dump_seconds": 1.0}]
 
 
-def capture(pauses, depth=8, workers=4, step_ms=0.1):
+def capture(pauses, depth=8, workers=4, step_ms=0.1, steps_s=None):
+    """The timings of a capture: unprofiled steps of step_ms (the loader's pace), the pauses before each
+    of the 10 loop steps, and, when given, each loop step's duration."""
     return {"detail": "full", "unprofiled": {"steps": 10, "seconds": step_ms * 10 / 1e3, "step_ms": step_ms},
-            "pauses_s": pauses, "queue_depth": depth, "workers": workers, "device_input": False,
-            "queue": f"{workers} workers x prefetch_factor 2"}
+            "pauses_s": pauses, "steps_s": steps_s, "queue_depth": depth, "workers": workers,
+            "device_input": False, "queue": f"{workers} workers x prefetch_factor 2"}
 
 
 SHORT = 0.2 * 0.1e-3  # a fifth of an unprofiled step: no batch refilled
+FAST = [0.6 * 0.1e-3] * 10  # every loop step at 0.6 of the loader's pace: without pauses each one waits
 
 
 def test_a_dump_refilled_cycle_is_flagged_and_the_headline_reads_the_other(tmp_path):
-    """A 1 s trace dump before step 5 with 8 batches of queue: steps 5-12 may be served from the refill,
-    so cycle 2 (steps 7-9) is flagged and the headline input figures come from cycle 1."""
+    """A 1 s trace dump before step 5 fills the queue of 8 batches: cycle 2's steps (58 us of compute,
+    faster than the loader's 100 us) find their batches queued where without the dump each would have
+    waited about 40 us, so cycle 2 is flagged and the headline input figures come from cycle 1, whose steps
+    the trace shows waiting (40 us in input/next_batch)."""
     cycles = two_cycles(tmp_path)
     pauses = [SHORT] * 10
     pauses[5] = 1.0
     head = profiling.write_evidence(cycles, capture(pauses))
-    assert head["headline_cycles"] == [1]
+    assert head["headline_cycles"] == [1] and head["headline_steps"] is None
     assert head["input_gap_share"] == pytest.approx(40 / 60) and head["gpu_idle_share"] == pytest.approx(0.6)
     assert cycles[1]["follows_dump"] == [5] and cycles[0]["refilled_by"] == []
+    assert cycles[1]["refilled_by"][0]["steps"] == [7, 8, 9]
     assert cycles[1]["evidence"]["input_gap_share"] == pytest.approx(2 / 20), "cycle 2 alone would hide the wait"
     with open(cycles[1]["evidence_txt"]) as f:
         text = f.read()
-    assert "follows cycle 1's trace dump (1.000 s, before step 5)" in text and "understated" in text
-    assert "headline figures from cycle(s) 1" in text
+    assert "follows cycle 1's trace dump (1.000 s, before step 5" in text and "understated" in text
+    assert "step(s) 7, 8, 9 found their batch queued" in text and "headline figures from cycle(s) 1" in text
     with open(cycles[1]["evidence_json"]) as f:
         saved = json.load(f)
     assert saved["capture"]["refilled_by"][0]["batches"] == 8
@@ -74,36 +80,55 @@ def test_a_dump_refilled_cycle_is_flagged_and_the_headline_reads_the_other(tmp_p
     assert "cycle 2's active steps start 2 steps after cycle 1's trace dump (1.000 s, before step 5)" in text
 
 
-def test_when_the_profiler_start_refills_every_cycle_the_input_figures_are_null_with_the_reason(tmp_path):
-    cycles = two_cycles(tmp_path)
+def test_when_refills_served_every_traced_step_the_input_figures_are_null_with_the_reason(tmp_path):
+    """Steps faster than the loader, none waiting in the trace, a 0.5 s start and a 1 s dump: every traced
+    step was served by a refill, so the headline idle and input gap are null, with the reason."""
+    one = cycle_trace(tmp_path, "c1.json", [2, 3, 4], 60, 2, 5, 10, 40)
+    two = cycle_trace(tmp_path, "c2.json", [7, 8, 9], 60, 2, 5, 10, 40)
+    cycles = [{"cycle": 1, "profiler_steps": [2, 4], "trace": one, "dump_before_step": 5, "dump_seconds": 1.0},
+              {"cycle": 2, "profiler_steps": [7, 9], "trace": two, "dump_before_step": 10, "dump_seconds": 1.0}]
     pauses = [SHORT] * 10
-    pauses[1], pauses[5] = 0.5, 1.0  # the profiler's start after step 0, the dump after step 4
-    head = profiling.write_evidence(cycles, capture(pauses))
+    pauses[1], pauses[5] = 0.5, 1.0
+    head = profiling.write_evidence(cycles, capture(pauses, steps_s=FAST))
     assert head["gpu_idle_share"] is None and head["input_gap_share"] is None
     assert "refill" in head["null_reasons"]["input_wait"]
-    assert cycles[0]["refilled_by"][0]["what"] == "the profiler's start"
+    assert cycles[0]["refilled_by"][0]["what"] == "the profiler's start" and cycles[0]["refilled_by"][0]["steps"] == [2, 3, 4]
     assert head["profiled_step_ms"] is not None and head["headline_cycles"] == [1, 2]
     assert head["headline_steps"] is None
 
 
 def test_a_short_start_pause_refills_one_step_and_the_headline_reads_the_others(tmp_path):
-    """The profiler's start refills 2 batches (steps 1 and 2), the dump all of cycle 2: no cycle is clean,
-    so the headline comes from steps 3 and 4, which waited for input; step 2, served from the refill,
-    found its batch ready and would dilute the wait."""
+    """The profiler's start (2.5 of the loader's batch times) serves step 2; steps 3 and 4 show their wait
+    in the trace; the dump serves cycle 2. No cycle is clean, so every headline figure comes from steps 3
+    and 4: step 2, served from the refill, found its batch ready and would dilute the wait."""
     one = cycle_trace(tmp_path, "c1.json", [2, 3, 4], 100, [2, 40, 40], 45, 50, 40)
     two = cycle_trace(tmp_path, "c2.json", [7, 8, 9], 60, 2, 5, 10, 40)
     cycles = [{"cycle": 1, "profiler_steps": [2, 4], "trace": one, "dump_before_step": 5, "dump_seconds": 1.0},
               {"cycle": 2, "profiler_steps": [7, 9], "trace": two, "dump_before_step": 10, "dump_seconds": 1.0}]
     pauses = [SHORT] * 10
-    pauses[1], pauses[5] = 2.5 * 0.1e-3, 1.0  # 2.5 unprofiled steps: 2 batches
-    head = profiling.write_evidence(cycles, capture(pauses))
-    assert [r["batches"] for r in cycles[0]["refilled_by"]] == [2]
-    assert head["headline_steps"] == [3, 4] and head["headline_cycles"] == [1, 2]
+    pauses[1], pauses[5] = 2.5 * 0.1e-3, 1.0
+    head = profiling.write_evidence(cycles, capture(pauses, steps_s=FAST))
+    assert [(r["batches"], r["steps"]) for r in cycles[0]["refilled_by"]] == [(2.5, [2])]
+    assert head["headline_steps"] == [3, 4] and head["headline_cycles"] == [1]
     assert head["gpu_idle_share"] == pytest.approx(0.6) and head["input_gap_share"] == pytest.approx(40 / 60)
-    assert head["profiled_step_ms"] == pytest.approx(0.1)
+    assert head["profiled_step_ms"] == head["cpu_step_ms"] == pytest.approx(0.1), "one basis, the same steps"
+    assert head["gpu_work_ms_per_step"] == pytest.approx(0.04) and head["gpu_span_ms_per_step"] == pytest.approx(1.0)
     assert head["profiler_distortion"] == pytest.approx(1.0)
     with open(cycles[0]["evidence_txt"]) as f:
-        assert "from the steps no pause refilled (3, 4)" in f.read()
+        assert "headline figures from the steps none refilled (3, 4)" in f.read()
+
+
+def test_on_the_gpu_timeline_no_single_steps_stand_in(tmp_path):
+    """Per-step figures add up to the window's only on the CPU's steps: when every cycle was refilled and
+    the cycles read idle time on the GPU's timeline, the input figures are null rather than pooled."""
+    cycles = two_cycles(tmp_path)
+    evidences = {c["cycle"]: {"idle_basis": "gpu_timeline", "steps": [{"step": 2, "pace_us": 1.0, "gpu_idle_us": 0.0}]}
+                 for c in cycles}
+    for c in cycles:
+        c["refilled_by"] = []
+    assert profiling.clean_steps(cycles, evidences) == []
+    evidences[1]["idle_basis"] = evidences[2]["idle_basis"] = "cpu_steps"
+    assert [s["step"] for _, s in profiling.clean_steps(cycles, evidences)] == [2, 2]
 
 
 def test_without_worker_processes_nothing_is_refilled(tmp_path):
@@ -114,16 +139,73 @@ def test_without_worker_processes_nothing_is_refilled(tmp_path):
     assert head["headline_cycles"] == [1, 2] and all(c["refilled_by"] == [] for c in cycles)
 
 
-def test_refill_counts_batches_by_the_unprofiled_step():
-    """A pause of 2.5 unprofiled steps refills 2 batches (they serve the next 2 steps), never more than the queue."""
+def served(waits, pace):
+    return [w < profiling.WAITED_AT * pace for w in waits]
+
+
+def test_the_queue_model_drains_a_refill_at_the_steps_own_pace():
+    """A pause of 2.5 batch times, steps at half the loader's pace: each step takes a batch and the loader
+    makes half of one meanwhile, so the refill (with the half batch left from step 0) lasts five steps, not
+    two; the queue caps a long pause; a wait is not loading time."""
+    pace, half = 0.02, [0.01] * 7
+    waits = profiling.queue_waits([0, 0.05, 0, 0, 0, 0, 0], half, 8, pace)
+    assert served(waits, pace) == [False] + [True] * 5 + [False]
+    assert waits[0] == pytest.approx(pace) and waits[6] == pytest.approx(0.5 * pace)
+    assert served(profiling.queue_waits([0] * 7, half, 8, pace), pace) == [False] * 7
+    capped = profiling.queue_waits([0, 9.0, 0, 0, 0, 0, 0], half, 3, pace)
+    assert served(capped, pace) == [False] + [True] * 5 + [False]
+    assert served(profiling.queue_waits([0] * 4, [0.03] * 4, 8, pace), pace) == [False, True, True, True], \
+        "slower than the loader"
+    seen = profiling.queue_waits([0, 1.0, 0, 0], [0.01] * 4, 8, pace, seen_waits={2: 0.009})
+    assert seen[2] == 0.009 and not served(seen, pace)[3], "a wait seen in the trace empties the queue"
+    # A step of 0.0099 s that waited 0.009 s of it loaded for 0.0009 s, not 0.0099: the 0.5 ms pause after
+    # it does not make the next step's batch.
+    after = profiling.queue_waits([0, 0, 0.0005], [0.01, 0.0099, 0.01], 8, pace, seen_waits={1: 0.009})
+    assert after[2] > profiling.WAITED_AT * pace
+
+
+def test_a_refill_that_hides_a_tiny_wait_is_not_flagged():
+    """Steps computing for 0.999 of the loader's pace and a 1 s dump: without the dump each would wait
+    20 us, far below a quarter of a batch's time: nothing worth calling hidden."""
+    cycles = [{"cycle": 1, "profiler_steps": [2, 4]}, {"cycle": 2, "profiler_steps": [7, 9], "dump_before_step": 5}]
+    pauses = [0] * 10
+    pauses[5] = 1.0
+    found = profiling.refills(cycles, pauses, queue_depth=8, pace_s=0.02, compute_s=[0.01998] * 10)
+    assert found == {1: [], 2: []}
+
+
+def test_refills_flag_what_the_pauses_served_and_name_the_pause():
     cycles = [{"cycle": 1, "profiler_steps": [2, 4]}, {"cycle": 2, "profiler_steps": [7, 9]}]
-    found = profiling.refills(cycles, [0, 0, 0, 0, 0, 0.05, 0, 0, 0, 0], queue_depth=8, step_s=0.02)
-    assert found == {1: [], 2: []}, "steps 5 and 6 take the two refilled batches"
-    found = profiling.refills(cycles, [0, 0, 0, 0, 0, 0, 0.05, 0, 0, 0], queue_depth=8, step_s=0.02)
-    assert found[2] == [{"before_step": 6, "seconds": 0.05, "batches": 2, "what": "the profiler's start",
-                         "dump": False}]
-    capped = profiling.refills(cycles, [0] * 5 + [9.0] + [0] * 4, 3, 0.02)[2]
-    assert capped[0]["batches"] == 3, "a 9 s pause refills the whole queue of 3: steps 5-7, one of them cycle 2's"
+    pauses = [0] * 10
+    pauses[6] = 0.05
+    found = profiling.refills(cycles, pauses, queue_depth=8, pace_s=0.02, compute_s=[0.01] * 10)
+    assert found[1] == []
+    assert found[2] == [{"before_step": 6, "seconds": 0.05, "batches": 2.5, "steps": [7, 8, 9],
+                         "what": "the profiler's start", "dump": False}]
+    slow = profiling.refills(cycles, pauses, queue_depth=8, pace_s=0.02, compute_s=[0.03] * 10)
+    assert slow == {1: [], 2: []}, "steps slower than the loader never wait: no refill hides a wait"
+    unknown = profiling.refills(cycles, pauses, queue_depth=8, pace_s=None)
+    assert [r["steps"] for r in unknown[1]] == [[2, 3, 4]], "no pace known: every traced step is suspect"
+
+
+def test_a_gpu_bound_run_with_workers_keeps_its_headline(tmp_path):
+    """Where the CPU runs ahead (idle read on the GPU's timeline), a host-side wait idles no GPU: no refill
+    is flagged, whatever the pauses, and the headline idle share stays."""
+    cycles = two_cycles(tmp_path)
+    pauses = [SHORT] * 10
+    pauses[1], pauses[5] = 0.5, 1.0
+    real = profiling.summarize.summarize_file
+
+    def ahead(path):
+        ev = real(path)
+        ev["idle_basis"] = "gpu_timeline"
+        return ev
+    profiling.summarize.summarize_file = ahead
+    try:
+        head = profiling.write_evidence(cycles, capture(pauses, steps_s=FAST))
+    finally:
+        profiling.summarize.summarize_file = real
+    assert all(c["refilled_by"] == [] for c in cycles) and head["gpu_idle_share"] is not None
 
 
 @pytest.mark.parametrize("ratio,workers,device,expect", [
@@ -132,24 +214,48 @@ def test_refill_counts_batches_by_the_unprofiled_step():
     (1.3, 0, True, "CPU times are inflated"),
     (1.05, 2, False, None),
     (None, 2, False, None),
-    (0.79, 2, False, "understates the input wait"),  # profiled faster than unprofiled: refilled queues
+    (0.79, 2, False, "understates the input wait"),  # profiled faster than unprofiled: queued batches
     (0.85, 0, False, "the host's pace changed"),
+    (1 / 1.1, 2, False, "which the profiler cannot cause"),  # the boundary itself
+    (0.92, 2, False, None),
+    (1.1, 2, False, "may not show in the trace"),
 ])
 def test_distortion_sentence(ratio, workers, device, expect):
     said = profiling.distortion_sentence(ratio, workers, device)
     assert (said is None) if expect is None else (expect in said and f"{ratio:.2f}x" in said)
 
 
-def test_an_unsteady_unprofiled_pace_is_said_even_when_the_ratio_looks_harmless():
-    """A workers=0 host whose steps wandered from 28 to 54 ms: the ratio is uncertain by that much."""
-    each = [28.0, 30.0, 54.0, 50.0]
-    said = profiling.distortion_sentence(1.02, 0, False, each)
-    assert "ranged from 28.0 to 54.0 ms" in said and "uncertain" in said
-    assert profiling.distortion_sentence(1.02, 0, False, [30.0, 31.0, 33.0]) is None, "a steady pace needs no word"
-    assert "uncertain" in profiling.distortion_sentence(3.9, 0, False, each)
+def test_the_ratio_s_standard_error_is_said_and_a_ratio_whose_interval_holds_1_called_uncertain():
+    said = profiling.distortion_sentence(1.3, 2, False, se=0.2, df=4)
+    assert "give or take 0.20" in said and "too uncertain" in said and "slows the main process" not in said, \
+        "an uncertain ratio asserts no effect"
+    assert "paced by the loader" in said
+    assert profiling.distortion_sentence(1.02, 0, False, se=0.001, df=10) is None, "a steady 1.02 needs no word"
+    clear = profiling.distortion_sentence(1.69, 4, False, se=0.22, df=30)
+    assert "give or take 0.22" in clear and "too uncertain" not in clear and "may not show" in clear
+    assert "too uncertain" in profiling.distortion_sentence(1.69, 4, False, se=0.22, df=2), \
+        "with 2 degrees of freedom the interval is 4.3 standard errors wide each way"
     assert "compare --profile-detail lean" in profiling.distortion_sentence(1.6, 4, False)
+    calm = profiling.distortion_sentence(0.86, 4, False, refilled=False, spread=(5900.0, 8700.0))
+    assert "host's pace changed" in calm and "understates" not in calm and "5900.0 to 8700.0 ms" in calm, \
+        "with workers but no refill and no wait, a ratio below 1 is the host's pace"
     lean = profiling.distortion_sentence(1.6, 4, False, detail="lean")
     assert "--profile-detail lean" not in lean and "still records every operator" in lean
+
+
+def test_the_unprofiled_pace_leaves_out_a_slow_first_step_and_the_ratio_has_a_standard_error():
+    """The first unprofiled step starts on an empty GPU queue (3.2 against 2.47 ms on the H200): left out.
+    A first step that is not the slowest (a loop paced by an uneven loader) stays in."""
+    each = [3.213, 2.467, 2.47, 2.475, 2.469]
+    mean, steady = profiling.unprofiled_pace({"steps": 5, "step_ms": 2.6, "step_ms_each": each})
+    assert steady == each[1:] and mean == pytest.approx(sum(each[1:]) / 4)
+    uneven = [9.7, 20.0, 11.1, 21.7]
+    assert profiling.unprofiled_pace({"steps": 4, "step_ms": 15.6, "step_ms_each": uneven})[1] == uneven
+    assert profiling.unprofiled_pace({"steps": 5, "step_ms": 2.6}) == (2.6, None)
+    se, df = profiling.ratio_se(2.0, [10.0, 12.0], [5.0, 5.0])
+    assert se == pytest.approx(2.0 * 1.0 / 11.0) and df == pytest.approx(1.0)  # stdev 1.414, / sqrt 2 / mean 11
+    assert profiling.ratio_se(2.0, [10.0], [5.0, 5.0]) == (None, None)
+    assert profiling.t975(None) == 1.96 and profiling.t975(2.7) == 4.30 and profiling.t975(500) == 1.96
 
 
 def test_time_unprofiled_times_each_step_between_two_synchronizations():
@@ -183,9 +289,10 @@ def test_distortion_is_profiled_over_unprofiled(tmp_path):
 def test_the_evidence_carries_the_unprofiled_spread(tmp_path):
     cycles = two_cycles(tmp_path)
     cap = capture([SHORT] * 10, depth=0, workers=0, step_ms=0.05)
-    cap["unprofiled"]["step_ms_each"] = [0.03, 0.05, 0.07]
+    cap["unprofiled"]["step_ms_each"] = [0.09, 0.05, 0.07]  # the first, the slowest, is left out
     head = profiling.write_evidence(cycles, cap)
-    assert head["unprofiled_step_ms_range"] == [0.03, 0.07]
+    assert head["unprofiled_step_ms_range"] == [0.05, 0.07] and head["unprofiled_step_ms"] == pytest.approx(0.06)
+    assert head["profiler_distortion_se"] > 0
     with open(cycles[0]["evidence_txt"]) as f:
         text = f.read()
-    assert "each 0.03 to 0.07 ms" in text and "uncertain" in text
+    assert "per step 0.05 to 0.07 ms" in text and "too uncertain" in text

@@ -78,10 +78,11 @@ def test_report_shows_the_gpu_bound_share_of_graphed_runs(tmp_path):
 def test_a_lean_profile_whose_cycles_were_all_refilled_says_why_its_idle_figures_are_absent(tmp_path):
     settings = {"mode": "profile", "workers": 4, "profile_detail": "lean"}
     make_run(tmp_path, "l" * 32, "2026-12-02T10:01:00+00:00", "succeeded", settings,
-             {"profiled_step_ms": 15.7, "unprofiled_step_ms": 9.9, "profiler_distortion": 1.58},
+             {"profiled_step_ms": 15.7, "unprofiled_step_ms": 9.9, "profiler_distortion": 1.58,
+              "profiler_distortion_se": 0.16},
              {"device": "cuda", "environment": {"gpu": "NVIDIA H200"}, "results": {"gpu_tracks": True, "evidence": {
                  "gpu_idle_share": None, "input_gap_share": None, "null_reasons": {"input_wait": "every cycle ..."}},
                  "cycles": []}})
     row = next(line for line in report.report(report.load_runs(str(tmp_path))).splitlines()
                if line.startswith("llllllll"))
-    assert "lean" in row.split() and row.count("n/a (refilled queues)") == 2 and row.endswith("1.58x")
+    assert "lean" in row.split() and row.count("n/a (refilled queues)") == 2 and row.endswith("1.58x +/- 0.16")

@@ -12,6 +12,7 @@ import summarize
 import data
 import train
 import runinfo
+import profiling
 import scopes
 from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
 
@@ -97,7 +98,11 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
     assert results["unprofiled"]["steps"] == scopes.PROFILE_STEPS and results["unprofiled"]["seconds"] > 0
     assert len(results["pauses_s"]) == scopes.PROFILE_STEPS and all(p >= 0 for p in results["pauses_s"])
     ev = results["evidence"]
-    assert ev["unprofiled_step_ms"] == pytest.approx(results["unprofiled"]["step_ms"])
+    each = results["unprofiled"]["step_ms_each"]
+    assert len(each) == scopes.PROFILE_STEPS and all(v > 0 for v in each)
+    assert ev["unprofiled_step_ms"] == pytest.approx(profiling.unprofiled_pace(results["unprofiled"])[0])
+    assert len(results["steps_s"]) == len(results["inputs_s"]) == scopes.PROFILE_STEPS
+    assert all(0 <= w <= t for w, t in zip(results["inputs_s"], results["steps_s"])), "a wait is part of its step"
     assert ev["profiler_distortion"] == pytest.approx(ev["profiled_step_ms"] / ev["unprofiled_step_ms"])
     assert results["profile_detail"] == "full" and results["options"]["with_stack"] is True
     assert [c["dump_before_step"] for c in results["cycles"]] == [5, 10]
@@ -359,6 +364,19 @@ def test_batches_restart_cleanly_at_epoch_end():
     batches = train.Batches(loader)
     got = [next(batches)[0].shape[0] for _ in range(5)]
     assert got == [4] * 5 and batches.epoch_restarts == 2
+
+
+def test_an_epoch_boundary_inside_the_bench_window_is_said():
+    """Non-persistent workers restart at each epoch: inside the timed window that is start-up, not throughput."""
+    data = torch.utils.data.TensorDataset(torch.arange(10.0), torch.arange(10))
+    plain = torch.utils.data.DataLoader(data, batch_size=4)
+    workers = torch.utils.data.DataLoader(data, batch_size=4, num_workers=2)
+    kept = torch.utils.data.DataLoader(data, batch_size=4, num_workers=2, persistent_workers=True)
+    assert train.window_note(0, workers) is None
+    assert "shut the 2 DataLoader workers down" in train.window_note(2, workers)
+    assert "2 epoch boundaries" in train.window_note(2, workers)
+    assert train.window_note(1, kept) == train.window_note(1, plain) == train.window_note(1, None) == \
+        "the timed window crossed 1 epoch boundary (a new shuffle inside the window)"
 
 
 def test_batches_refuse_a_data_set_smaller_than_a_batch():

@@ -81,6 +81,8 @@ class SlowInput:
 
     def __next__(self):
         time.sleep(self.seconds)
+        if hasattr(self.batches, "waited_s"):  # the loop waited this long for its batch: profile mode times it
+            self.batches.waited_s += self.seconds
         return next(self.batches)
 
 

@@ -5,17 +5,17 @@ What the profiler distorts, and how this module keeps the evidence honest:
   capture) inflate the profiled main process only; DataLoader workers run unprofiled in their own
   processes. So PROFILE_STEPS unprofiled steps are timed in the same process just before the capture
   (synchronized at both ends, never inside the profiled window, each step by a CUDA event or the host
-  clock), and profiler_distortion = profiled step / unprofiled step (their mean, the first left out when
-  it is the slowest: it starts on an empty GPU queue) is reported beside every trace's evidence, with its
-  standard error.
+  clock), and profiler_distortion = profiled step / unprofiled step (their mean; where the CPU runs ahead
+  of the GPU, the first is left out when it is the slowest: it starts on an empty GPU queue) is reported
+  beside every trace's evidence, with its standard error.
 - Its pauses. Writing a cycle's trace takes about a second inside profiler.step(), and starting the
   profiler takes time too; the workers keep loading meanwhile, up to workers x prefetch_factor batches
   ahead, so the steps after a long pause may be served from refilled queues and show no input wait that
   the bench would feel. Every pause of the main loop, and every step, is timed. queue_waits models the
   loader as one batch per unprofiled step (when the loop waits for input, that is the loader's pace); a
-  step is served by a refill when with the pauses it waits less than WAITED_AT of a batch's time and
-  without them at least that. A cycle with such steps is flagged. Where the CPU runs ahead of the
-  GPU, a host-side wait idles no GPU and nothing is flagged.
+  cycle is flagged when the waits measured in it come to less than WAITED_AT of what the model says it
+  would have waited without the pauses (see refills). Where the CPU runs ahead of the GPU, a host-side
+  wait idles no GPU and nothing is flagged.
 - The decision: the tutorial's schedule (wait=1, warmup=1, active=3, repeat=2) stays; with it, cycle 2
   always follows cycle 1's dump by two steps, fewer than the queue depth of 4 workers (8 batches), so
   the headline figures come from the cycles no refill served (cycle 1, unless the profiler's start
@@ -189,23 +189,29 @@ def queue_waits(pauses_s, compute_s, depth, pace_s, seen_waits=None):
     return waits
 
 
-def refills(cycles, pauses_s, queue_depth, pace_s, compute_s=None, seen_waits=None):
-    """Per cycle, the pauses whose refilled batches served some of its active steps.
+def refills(cycles, pauses_s, queue_depth, pace_s, compute_s=None, seen_waits=None, measured_waits=None):
+    """Per cycle, the pauses whose refilled batches hid input waits from its active steps.
 
-    A step counts as served by a refill when queue_waits has it wait less than WAITED_AT of a batch's time
-    with the pauses and at least that without them: a refill hid a wait worth telling. (With steps slower
-    than the loader's pace no step waits either way: that hides input waits too, but it is the profiler's
-    slowdown, which the distortion ratio reports.) compute_s: each loop step's time less its wait for
-    input; an unknown one counts as pace_s. seen_waits: the waits that were measured. Each served step is put down to the longest pause
-    since the last step that waited. pace_s unknown: every traced step after a pause is flagged, but those
-    a trace shows waiting.
+    queue_waits runs twice, with the pauses and without them. A cycle is flagged when, without the pauses,
+    its steps would have waited WAITED_AT of a batch's time or more in all, the waits measured in it (or
+    modelled, where not measured) come to less than WAITED_AT of that, and some step of it waits less than
+    WAITED_AT of a batch's time with the pauses and at least that without them (those steps are listed).
+    Deciding on the cycle's sum keeps an uneven loader from being read as a refill: two workers that
+    finish together leave steps served and steps waiting with or without a pause, which a steady pace
+    cannot say, but their waits still add up. (With steps slower than the loader's pace no step waits
+    either way: that hides input waits too, but it is the profiler's slowdown, which the distortion ratio
+    reports.) compute_s: each loop step's time less its wait for input; an unknown one counts as pace_s.
+    seen_waits: the measured waits of WAITED_AT of a batch's time or more, which the model takes as they
+    were; measured_waits: every measured wait. Each listed step is put down to the longest pause since the
+    last step that waited. pace_s unknown: every traced step after a pause is flagged, but those seen
+    waiting.
     """
     n = len(pauses_s)
     dumps = {c.get("dump_before_step"): c["cycle"] for c in cycles}
     out = {c["cycle"]: [] for c in cycles}
     if not queue_depth or not n:
         return out
-    seen_waits = seen_waits or {}
+    seen_waits, measured_waits = seen_waits or {}, measured_waits or {}
     if not pace_s:
         served, waited = (set(range(1, n)) - set(seen_waits) if any(pauses_s) else set()), set(seen_waits)
     else:
@@ -213,8 +219,14 @@ def refills(cycles, pauses_s, queue_depth, pace_s, compute_s=None, seen_waits=No
         with_pauses = queue_waits(pauses_s, compute, queue_depth, pace_s, seen_waits)
         without = queue_waits([0.0] * n, compute, queue_depth, pace_s, seen_waits)
         least = WAITED_AT * pace_s
-        served = {i for i in range(n) if with_pauses[i] < least <= without[i]}
         waited = {i for i in range(n) if with_pauses[i] >= least}
+        served = set()
+        for c in cycles:
+            steps = range(c["profiler_steps"][0], c["profiler_steps"][1] + 1)
+            would = sum(without[i] for i in steps if i < n)
+            had = sum(measured_waits.get(i, with_pauses[i]) for i in steps if i < n)
+            if would >= least and had < WAITED_AT * would:
+                served |= {i for i in steps if i < n and with_pauses[i] < least <= without[i]}
     for c in cycles:
         first, last = c["profiler_steps"]
         by_pause = {}
@@ -269,17 +281,19 @@ def distortion_sentence(ratio, workers, device_input, se=None, detail="full", df
             f"input cost ({lean})")
 
 
-def unprofiled_pace(unprofiled):
+def unprofiled_pace(unprofiled, cpu_runs_ahead=False):
     """The unprofiled step time the ratio divides by, and the per-step times it comes from.
 
-    With per-step times: their mean, leaving out the first when it is the slowest (it starts on an empty GPU
-    queue right after the synchronization, which a steady state never does; in a loop paced by an uneven
-    loader the first is just one of the others). Without: the synchronized mean of all of them."""
+    With per-step times: their mean; where the CPU runs ahead of the GPU (the cycles read idle on the GPU's
+    timeline), the first is left out when it is the slowest: it starts on an empty GPU queue right after
+    the synchronization, which the steady state never does. In a loop paced by its CPU or its loader the
+    first step is like the others (a wait for input in it is real). Without per-step times: the
+    synchronized mean of all of them."""
     if not unprofiled:
         return None, None
     each = unprofiled.get("step_ms_each")
     if each and len(each) >= 3:
-        steady = each[1:] if each[0] > max(each[1:]) else list(each)
+        steady = each[1:] if cpu_runs_ahead and each[0] > max(each[1:]) else list(each)
         return statistics.fmean(steady), steady
     return unprofiled.get("step_ms"), None
 
@@ -341,7 +355,7 @@ def capture_lines(cycle, capture):
 
 
 def _spread(each):
-    return f"; per step {min(each):.2f} to {max(each):.2f} ms" if each else ""
+    return f"; the {len(each)} averaged, {min(each):.2f} to {max(each):.2f} ms" if each else ""
 
 
 def _ms(v):
@@ -410,9 +424,11 @@ def loop_timings(capture, cycles, evidences, pace_s):
     known = [c for c in compute if c is not None]
     fill = statistics.fmean(known) if known else pace_s
     compute = [fill if c is None else c for c in compute]
-    least = WAITED_AT * pace_s if pace_s else None
-    seen = {i: w for i, w in enumerate(waits) if w is not None and least is not None and w >= least}
-    return compute, seen
+    measured = {i: w for i, w in enumerate(waits) if w is not None}
+    # A wait worth telling: WAITED_AT of a batch's time, or of the step's own time when the pace is unknown.
+    seen = {i: w for i, w in measured.items()
+            if w >= WAITED_AT * (pace_s if pace_s else (compute[i] or 0.0) + w) and w > 0}
+    return compute, seen, measured
 
 
 def write_evidence(cycles, capture):
@@ -422,13 +438,14 @@ def write_evidence(cycles, capture):
     duration and its wait for input, where measured), queue_depth, queue (words), workers, device_input. The headline is
     pooled over the cycles no refill served, else over the steps none served (see the module's docstring).
     """
-    unprofiled_ms, steady = unprofiled_pace(capture.get("unprofiled"))
-    pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
     evidences = {c["cycle"]: summarize.summarize_file(c["trace"]) for c in cycles}
-    compute_s, seen = loop_timings(capture, cycles, evidences, pace_s)
+    ahead = bool(cycles) and all(evidences[c["cycle"]].get("idle_basis") == "gpu_timeline" for c in cycles)
+    unprofiled_ms, steady = unprofiled_pace(capture.get("unprofiled"), ahead)
+    pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
+    compute_s, seen, measured = loop_timings(capture, cycles, evidences, pace_s)
     # Where the CPU runs ahead, the GPU works through queued steps while the host waits: a host-side wait
     # for input idles no GPU, and the headline is read on the GPU's own timeline. No refill is modelled.
-    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen)
+    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen, measured)
     for c in cycles:
         if evidences[c["cycle"]].get("idle_basis") == "gpu_timeline":
             refilled[c["cycle"]] = []

@@ -9,9 +9,9 @@ the evidence is derived from them. This script derives it again, so that runs re
 to the derivation read as new runs would. The run's own files are not changed: for each profile run it
 writes DIR/<uuid>/ (default ROOT/reevidence/<uuid>/): links to the traces, each cycle's evidence
 (.evidence.json, .evidence.txt) beside them, and evidence.json (the headline, the per-cycle figures, the
-capture's account). It prints one row per run. Where run.json has no step durations, the traced steps'
-own times are used and the untraced ones (the schedule's wait and warm-up steps) count as one unprofiled
-step each.
+capture's account). It prints one row per run. Where run.json has no step durations and waits for input
+(runs recorded before the loop timed them), the traced steps' own times are used, and the untraced ones
+(the schedule's wait and warm-up steps) get the mean compute time of the traced ones.
 """
 import argparse
 import json
@@ -47,7 +47,7 @@ def capture_of(run):
     res, loader = run["results"], run.get("loader") or {}
     workers = loader.get("num_workers") or 0
     return {"detail": res.get("profile_detail") or "full", "unprofiled": res.get("unprofiled"),
-            "pauses_s": res.get("pauses_s") or [], "steps_s": res.get("steps_s"),
+            "pauses_s": res.get("pauses_s") or [], "steps_s": res.get("steps_s"), "inputs_s": res.get("inputs_s"),
             "queue_depth": workers * (loader.get("prefetch_factor") or 0),
             "queue": f"{workers} workers x prefetch_factor {loader.get('prefetch_factor')}" if workers
             else "no worker processes", "workers": workers, "device_input": loader.get("kind") == "device"}

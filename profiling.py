@@ -435,17 +435,18 @@ def write_evidence(cycles, capture):
     """summarize.py over each cycle's trace, saved beside it with the capture's account; the headline figures.
 
     capture: detail, unprofiled (time_unprofiled's dict), pauses_s, steps_s and inputs_s (each loop step's
-    duration and its wait for input, where measured), queue_depth, queue (words), workers, device_input. The headline is
-    pooled over the cycles no refill served, else over the steps none served (see the module's docstring).
+    duration and its wait for input, where measured), queue_depth, queue (words), workers, device_input.
+    The headline is pooled over the cycles no refill served, else over the steps none served (see the
+    module's docstring).
     """
     evidences = {c["cycle"]: summarize.summarize_file(c["trace"]) for c in cycles}
     ahead = bool(cycles) and all(evidences[c["cycle"]].get("idle_basis") == "gpu_timeline" for c in cycles)
     unprofiled_ms, steady = unprofiled_pace(capture.get("unprofiled"), ahead)
     pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
     compute_s, seen, measured = loop_timings(capture, cycles, evidences, pace_s)
-    # Where the CPU runs ahead, the GPU works through queued steps while the host waits: a host-side wait
-    # for input idles no GPU, and the headline is read on the GPU's own timeline. No refill is modelled.
     refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen, measured)
+    # Where the CPU runs ahead, the GPU works through queued steps while the host waits: a host-side wait
+    # for input idles no GPU, and the headline is read on the GPU's own timeline. No refill counts there.
     for c in cycles:
         if evidences[c["cycle"]].get("idle_basis") == "gpu_timeline":
             refilled[c["cycle"]] = []

@@ -526,17 +526,17 @@ def markdown_table(table):
     evidence = [g for g in table["groups"] if g["evidence"]]
     if evidence:
         out.write("\nTrace evidence (profile runs of the same settings; profiler distortion = profiled step over "
-                  "unprofiled steps timed just before the capture in the same run, below 1 when refilled loader "
-                  "queues served the profiled steps):\n\n")
+                  "unprofiled steps timed just before the capture in the same run, +/- one standard error; below 1 "
+                  "only when queued batches served the profiled steps or the host's pace changed):\n\n")
         out.write("| group | capture | GPU idle share | input gap share of idle | profiled step ms "
                   "| unprofiled step ms | profiler distortion | median samples/s |\n|---|---|---|---|---|---|---|---|\n")
         for g in evidence:
             e = g["evidence"]
+            se = "" if e.get("profiler_distortion_se") is None else f" +/- {e['profiler_distortion_se']:.2f}"
             out.write(f"| {g['group']} | {e['profile_detail']} | {fmt_share(e['gpu_idle_share'])} | "
                       f"{fmt_share(e['input_gap_share'])} | {e['profiled_step_ms']:.1f} | "
                       f"{fmt_opt(e.get('unprofiled_step_ms'), '{:.1f}')} | "
-                      f"{fmt_opt(e.get('profiler_distortion'), '{:.2f}x')}"
-                      f"{fmt_opt(e.get('profiler_distortion_se'), ' +/- {:.2f}').replace('n/a', '')} | "
+                      f"{fmt_opt(e.get('profiler_distortion'), '{:.2f}x')}{se} | "
                       f"{fmt_rate(g['median'])} |\n")
         first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
         if first["evidence"] and last["evidence"] and first is not last:

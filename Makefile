@@ -20,7 +20,7 @@ setup: $(STAMP)
 run: $(STAMP)
 	PY=$(BIN)/python scripts/run-local.sh main
 
-# REPEATS=3 WORKERS="0 4" by default
+# REPEATS=6 WORKERS="0 4" by default: 6 pairs are the fewest for a sign-test verdict in compare.py
 bench-alternating: $(STAMP)
 	PY=$(BIN)/python scripts/run-local.sh alternating
 

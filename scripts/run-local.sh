@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tutorial's experiment on this machine, each job a whole process, tracked offline.
 #   scripts/run-local.sh main          profile and bench, workers 0 and 4 (make run)
-#   scripts/run-local.sh alternating   bench jobs in alternating order, REPEATS x WORKERS (make bench-alternating)
+#   scripts/run-local.sh alternating   bench jobs in alternating order, REPEATS (6) x WORKERS (make bench-alternating)
 # GPU when present; on a CPU-only machine, fewer steps (announced). CIFAR-10 when it is on
 # disk under ./data, else the synthetic set (announced). Override with DATA=cifar10|synthetic.
 # A failing job does not stop the others; the script ends with scripts/report.py over the runs
@@ -15,7 +15,9 @@ export POLYAXON_TRACKING_FLUSH_DELAY=0
 
 bad() { echo "run-local.sh: error: $*" >&2; exit 2; }
 case "${DATA:-}" in ""|cifar10|synthetic) ;; *) bad "DATA must be cifar10 or synthetic, got '$DATA'" ;; esac
-[[ ${REPEATS:-3} =~ ^[1-9][0-9]*$ ]] || bad "REPEATS must be a whole number of 1 or more, got '${REPEATS}'"
+# 6 repeats by default: 6 pairs are the fewest an exact sign test can call a difference with (compare.py).
+REPEATS=${REPEATS:-6}
+[[ $REPEATS =~ ^[1-9][0-9]*$ ]] || bad "REPEATS must be a whole number of 1 or more, got '${REPEATS}'"
 for w in ${WORKERS:-0 4}; do [[ $w =~ ^[0-9]+$ ]] || bad "WORKERS must be whole numbers, got '$w'"; done
 for v in WARMUP_STEPS BENCH_STEPS; do
   [ -z "${!v:-}" ] || [[ ${!v} =~ ^[1-9][0-9]*$ ]] || bad "$v must be a whole number of 1 or more, got '${!v}'"
@@ -52,7 +54,7 @@ case "$what" in
     done
     ;;
   alternating)
-    for repeat in $(seq 1 "${REPEATS:-3}"); do
+    for repeat in $(seq 1 "$REPEATS"); do
       for workers in ${WORKERS:-0 4}; do run --mode bench --workers "$workers" --repeat "$repeat" "${args[@]}"; done
     done
     ;;

@@ -22,3 +22,22 @@ def test_bad_settings_stop_before_any_job(tmp_path, target, env, says):
     assert proc.returncode == 2 and says in proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_alternating_runs_six_repeats_by_default(tmp_path):
+    """Without REPEATS, make bench-alternating runs 6 repeats per worker count: the fewest pairs for which
+    compare.py's sign test can give a verdict."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "python"
+    # A stand-in interpreter: says "no CUDA" to the probe, records each train.py call, runs nothing.
+    fake.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exit 1\necho "$*" >> {log}\n')
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "REPEATS"}
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run-local.sh"), "alternating"],
+                          env={**env, "POLYAXON_OFFLINE_ROOT": str(tmp_path), "PY": str(fake), "DATA": "synthetic"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines()
+    repeats = sorted({c.split("--repeat ")[1].split()[0] for c in calls})
+    assert repeats == [str(i) for i in range(1, 7)], calls
+    assert len(calls) == 12, "6 repeats x workers 0 and 4"

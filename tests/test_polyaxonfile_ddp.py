@@ -51,7 +51,8 @@ def parse_torchrun(argv):
 @pytest.mark.parametrize("params,nnodes,nproc", [
     ({"mode": "profile"}, 2, 1),
     ({"mode": "bench", "replicas": 3, "nproc_per_node": 2, "workers": 4, "batch_size": 256}, 4, 2),
-    ({"mode": "profile", "replicas": 1, "slow_rank": 1, "slow_input_ms": 200, "data": "synthetic"}, 2, 1),
+    ({"mode": "profile", "replicas": 1, "slow_rank": 1, "slow_input_ms": 200, "data": "synthetic",
+      "profile_detail": "lean"}, 2, 1),
     ({"mode": "bench", "replicas": 0, "gpu_input": True, "compile": "default", "amp": "bf16"}, 1, 1),
 ], ids=["defaults", "4x2", "straggler", "master-only"])
 def test_each_replica_runs_torchrun_then_train_py_with_ddp(params, nnodes, nproc, monkeypatch):
@@ -70,7 +71,7 @@ def test_each_replica_runs_torchrun_then_train_py_with_ddp(params, nnodes, nproc
         assert launch.training_script == "train.py"
         settings = parse_train(launch.training_script_args, nnodes * nproc, monkeypatch)
         expected = {"ddp": True, "workers": 0, "batch_size": 128, "device": "cuda", "slow_rank": None,
-                    "slow_input_ms": 0.0, "ddp_backend": "auto", **params}
+                    "slow_input_ms": 0.0, "ddp_backend": "auto", "profile_detail": "full", **params}
         for key, value in expected.items():
             if key in ("replicas", "nproc_per_node"):
                 continue
@@ -82,7 +83,7 @@ def test_every_input_reaches_torchrun_or_train_py():
     everything = {"mode": "bench", "replicas": "2", "nproc_per_node": "2", "workers": "2", "repeat": "1",
                   "prefetch_factor": "3", "persistent_workers": "true", "prefetch_stream": "true",
                   "gpu_input": "true", "channels_last": "true", "fused_sgd": "true", "cudnn_benchmark": "true",
-                  "slow_rank": "3", "slow_input_ms": "50"}
+                  "slow_rank": "3", "slow_input_ms": "50", "profile_detail": "lean"}
     compiled = compile_ddp(everything)
     script = compiled.run.master.container.args[0]
     flags = {a.dest for a in train.build_parser()._actions}

@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 
+import stepview
 import summarize
 from runinfo import write_atomic, write_json_atomic
 from scopes import NEXT_BATCH, SCHEDULE
@@ -439,7 +440,7 @@ def write_evidence(cycles, capture):
     The headline is pooled over the cycles no refill served, else over the steps none served (see the
     module's docstring).
     """
-    evidences = {c["cycle"]: summarize.summarize_file(c["trace"]) for c in cycles}
+    evidences = {c["cycle"]: summarize.summarize_file(c["trace"], lanes=True) for c in cycles}
     ahead = bool(cycles) and all(evidences[c["cycle"]].get("idle_basis") == "gpu_timeline" for c in cycles)
     unprofiled_ms, steady = unprofiled_pace(capture.get("unprofiled"), ahead)
     pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
@@ -489,6 +490,15 @@ def write_evidence(cycles, capture):
                          for d in cycles if d.get("dump_before_step") is not None]}
     for c in cycles:
         evidence = evidences[c["cycle"]]
+        if c["refilled_by"] and evidence["verdict"]["stage"]:
+            evidence["verdict"]["sentence"] += (" This cycle followed a pause that refilled the loader's queues: "
+                                                "its input waits may be understated.")
+        c["picture"], c["picture_note"] = draw_cycle(c, evidence)
+        if c["picture_note"]:
+            print(f"profile: {c['picture_note']}", file=sys.stderr)
+        for step in evidence["steps"]:
+            step.pop("lanes", None)
+        c["verdict"] = evidence["verdict"]["sentence"]
         evidence["capture"] = {**account, "cycle": c["cycle"], "refilled_by": c["refilled_by"]}
         base = c["trace"].rsplit(".pt.trace.", 1)[0]
         c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
@@ -497,7 +507,37 @@ def write_evidence(cycles, capture):
         c["evidence"] = summarize.headline(evidence)
         c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
     head["distortion_sentence"] = account["distortion_sentence"]
+    head["verdict"] = headline_verdict(head, [evidences[k] for k in chosen], picked)
+    print(f"profile: verdict: {head['verdict']['sentence']}", file=sys.stderr)
     return head
+
+
+def headline_verdict(head, evidences, picked):
+    """summarize.verdict over the headline's cycles (or steps), told where the capture limits it: no verdict on
+    input waits a refill may hide, and the profiler's slow-down of the host side said beside it."""
+    if head["null_reasons"].get("input_wait"):
+        return {"stage": None, "part": None, "share": None, "runner_up": None, "next": None,
+                "sentence": f"Cannot tell whether waiting for input holds the step: "
+                            f"{head['null_reasons']['input_wait']}."}
+    v = summarize.verdict(evidences, [s for _, s in picked] if picked else None)
+    ratio, se = head.get("profiler_distortion"), head.get("profiler_distortion_se")
+    shown = ratio and (ratio - t975(head.get("profiler_distortion_df")) * se > 1 if se else ratio > DISTORTION_NOTE_AT)
+    if v["stage"] and shown:
+        v["sentence"] += (f" The profiler made these steps {ratio:.2f}x as long as unprofiled ones, mostly on the "
+                          "CPU side: mode=bench measures the change.")
+    return v
+
+
+def draw_cycle(c, evidence):
+    """The cycle's step picture beside its trace (stepview.py); its path, or None and the reason."""
+    folder, base = os.path.split(c["trace"].rsplit(".pt.trace.", 1)[0])
+    path = os.path.join(folder, base.replace("trace-", "picture-", 1) + ".png")
+    title = f"cycle {c['cycle']}, ProfilerStep#{c['profiler_steps'][0]}-{c['profiler_steps'][1]}"
+    try:
+        stepview.draw(evidence, path, title)
+    except stepview.NoPicture as e:
+        return None, str(e)
+    return path, None
 
 
 # Headline figures logged as Polyaxon outputs (scalars only; reasons and lists stay in run.json).
@@ -515,10 +555,17 @@ def log_cycles(record, results):
             record.log_file(path, f"operators-cycle{c['cycle']}-{kind.replace('_', '-')}")
         record.log_file(c["evidence_json"], f"evidence-cycle{c['cycle']}")
         record.log_file(c["evidence_txt"], f"evidence-cycle{c['cycle']}-table")
+        if c.get("picture"):
+            record.log_image(c["picture"], f"steps-cycle{c['cycle']}")
     # Each ProfilerStep's wall time as a metric, charted by step on the run's dashboard.
     record.log_steps("profiled_step_wall_ms",
                      {n: ms for c in results["cycles"] for n, ms in c["step_wall_ms"].items()})
     outputs = {k: results["evidence"][k] for k in OUTPUT_KEYS if results["evidence"].get(k) is not None}
+    verdict = results["evidence"].get("verdict")
+    if verdict:
+        outputs["verdict"] = verdict["sentence"]
+        if verdict["stage"]:
+            outputs["verdict_stage"] = verdict["stage"]
     outputs.update({f"cycle{c['cycle']}_{k}": c["evidence"][k] for c in results["cycles"] for k in OUTPUT_KEYS
                     if c["evidence"].get(k) is not None})
     return outputs

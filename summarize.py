@@ -190,7 +190,6 @@ def _by_start_then_longest(starts, ends, max_runs=64):
 
 # --------------------------------------------------------------------------- reading
 
-_SEPARATOR = re.compile(r"[ \t\n\r]*(?:,[ \t\n\r]*)?")
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
@@ -455,23 +454,34 @@ class Busy:
         return out
 
 
-def idle_figures(busy, span, next_batch):
-    """busy, idle, input gap over span (a merged list of [start, end)).
+def idle_figures(busy, span, scopes, lanes=False):
+    """busy, idle, input gap over span (a merged list of [start, end)); scopes: {scope: merged slices}.
 
-    input gap: idle time inside an input/next_batch slice while the GPU waited for the host (nothing was
-    queued): GPU-side gaps between queued kernels are idle, but no input wait.
+    host wait: idle time while the GPU waited for the host (nothing was queued), split by the scope the
+    host was in (waits_by_scope_us; OUTSIDE_SCOPES for the rest). input gap: the host wait inside
+    input/next_batch. GPU-side gaps between queued kernels are idle, but no wait for the host.
+    lanes: also the GPU lane as [kind, start, end] segments (busy, input gap, other idle), sorted.
     """
     if not span:
         return None
     length = total(span)
-    busy_us = total(intersect(busy.merged, span))
+    busy_on = intersect(busy.merged, span)
     idle = union([iv for a, b in span for iv in complement(busy.merged, a, b)])
     idle_us = total(idle)
     waiting = busy.host_wait(idle)
-    gap_us = total(intersect(waiting, next_batch))
-    return {"span_us": length, "busy_us": busy_us, "idle_us": idle_us,
-            "idle_share": idle_us / length if length else None, "host_wait_us": total(waiting),
-            "input_gap_us": gap_us, "input_gap_share": gap_us / idle_us if idle_us else 0.0}
+    waits = {n: total(intersect(waiting, scopes[n])) for n in SCOPES}
+    waits[OUTSIDE_SCOPES] = max(0.0, total(waiting) - sum(waits.values()))
+    gap_us = waits[NEXT_BATCH]
+    out = {"span_us": length, "busy_us": total(busy_on), "idle_us": idle_us,
+           "idle_share": idle_us / length if length else None, "host_wait_us": total(waiting),
+           "waits_by_scope_us": waits,
+           "input_gap_us": gap_us, "input_gap_share": gap_us / idle_us if idle_us else 0.0}
+    if lanes:
+        gaps = intersect(waiting, scopes[NEXT_BATCH])
+        other = [iv for a, b in idle for iv in complement(gaps, a, b)]
+        out["segments"] = sorted([["busy", a, b] for a, b in busy_on] + [["input gap", a, b] for a, b in gaps] +
+                                 [["other idle", a, b] for a, b in other], key=lambda seg: seg[1])
+    return out
 
 
 def work_figures(mine, runtime, kernels_all):
@@ -501,7 +511,7 @@ def work_figures(mine, runtime, kernels_all):
     }
 
 
-def bucket(events, kernels_all):
+def bucket(events):
     """A line's worth about GPU events charged to no step (launched before the trace, or between steps)."""
     if not events:
         return {"events": 0, "kernels": 0, "gpu_work_us": 0.0, "first_us": None, "last_us": None}
@@ -526,7 +536,10 @@ def gpu_slots(steps, by_step):
     return slots, None
 
 
-def summarize_events(events, name="trace"):
+def summarize_events(events, name="trace", lanes=False):
+    """The evidence of one trace (see the module's docstring). lanes: each step also carries its lanes for a
+    picture ({"cpu": [[scope, start, end]], "gpu": [[kind, start, end]] or None}, trace microseconds).
+    """
     t = extract(events)
     if not t.steps:
         raise TraceError(f"{name}: no ProfilerStep#N slices: was it written by torch.profiler with a schedule?")
@@ -549,11 +562,15 @@ def summarize_events(events, name="trace"):
         nulls = dict(gpu_idle_share=None, input_gap_share=None, gpu_work_us=None, gpu_span_us=None,
                      gpu_null_reason=NO_GPU)
         per_step = [{"step": num, **cpu_figs([[a, b]]), "pace_us": b - a, **nulls} for num, a, b in t.steps]
+        if lanes:
+            for step, (_, a, b) in zip(per_step, t.steps):
+                step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(scopes, a, b), "gpu": None}
         window = {**cpu_figs(window_cpu), "pace_us": sum(walls), **nulls,
                   "steps": len(t.steps), "median_step_us": statistics.median(walls)}
         evidence.update(gpu_idle_share=None, input_gap_share=None, cpu_runs_ahead=False, idle_basis=None,
                         gpu_null_reason=NO_GPU, window=window, steps=per_step,
                         launched_before_trace=None, launched_outside_steps=None, attributed_by_clock=0)
+        evidence["verdict"] = verdict(evidence)
         return evidence
 
     slots, slot_reason = gpu_slots(t.steps, by_step)
@@ -576,9 +593,9 @@ def summarize_events(events, name="trace"):
             if num is not None:
                 annotations[(num, ann_name)] += e - s
 
-    def views(cpu_span, gpu_span):
-        cpu = idle_figures(busy_all, cpu_span, scopes[NEXT_BATCH])
-        gpu = idle_figures(busy_all, gpu_span, scopes[NEXT_BATCH]) if gpu_span else None
+    def views(cpu_span, gpu_span, lanes=False):
+        cpu = idle_figures(busy_all, cpu_span, scopes, lanes)
+        gpu = idle_figures(busy_all, gpu_span, scopes, lanes) if gpu_span else None
         return {"cpu_steps": cpu, "gpu_timeline": gpu}
 
     def fill(out, v, reason):
@@ -586,7 +603,7 @@ def summarize_events(events, name="trace"):
         out["idle"] = v
         for key, src in (("gpu_busy_us", "busy_us"), ("gpu_idle_us", "idle_us"), ("gpu_idle_share", "idle_share"),
                          ("host_wait_us", "host_wait_us"), ("input_gap_us", "input_gap_us"),
-                         ("input_gap_share", "input_gap_share")):
+                         ("input_gap_share", "input_gap_share"), ("waits_by_scope_us", "waits_by_scope_us")):
             out[key] = chosen[src] if chosen else None
         out["pace_us"] = chosen["span_us"] if chosen else None
         out["gpu_null_reason"] = None if chosen else reason
@@ -607,7 +624,14 @@ def summarize_events(events, name="trace"):
                       f"({step['gpu_span_us']:.1f} us): steps' GPU work overlaps, the per-step GPU span is undefined")
             slot, step["gpu_span_us"] = None, None
         step["gpu_span_null_reason"] = None if slot else (reason or "this step launched no GPU work")
-        fill(step, views([[a, b]], [slot] if slot else []), step["gpu_span_null_reason"])
+        v = views([[a, b]], [slot] if slot else [], lanes)
+        if lanes:
+            step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(scopes, a, b),
+                             "gpu": v[basis]["segments"] if v[basis] else None}
+            for view in v.values():
+                if view:
+                    view.pop("segments")
+        fill(step, v, step["gpu_span_null_reason"])
         per_step.append(step)
 
     window = {**cpu_figs(window_cpu), **window_work, "gpu_lag_us": lag,
@@ -633,7 +657,7 @@ def summarize_events(events, name="trace"):
             f"their slots ({window['gpu_slots_span_us']:.1f} us): steps' GPU work overlaps")
     window.update(steps=len(t.steps), median_step_us=statistics.median(walls))
 
-    pre, out = bucket(before, kernels_all), bucket(outside, kernels_all)
+    pre, out = bucket(before), bucket(outside)
     if runs_ahead:
         evidence["notes"].append(RUN_AHEAD)
     if window_work["graph_launches"]:
@@ -651,11 +675,17 @@ def summarize_events(events, name="trace"):
         cpu_runs_ahead=runs_ahead, idle_basis=basis, gpu_null_reason=window["gpu_null_reason"],
         window=window, steps=per_step, launched_before_trace=pre, launched_outside_steps=out,
         attributed_by_clock=by_clock)
+    evidence["verdict"] = verdict(evidence)
     return evidence
 
 
-def summarize_file(path):
-    return summarize_events(iter_events(path), name=path)
+def summarize_file(path, lanes=False):
+    return summarize_events(iter_events(path), name=path, lanes=lanes)
+
+
+def cpu_lane(scopes, a, b):
+    """The four scopes' slices inside one step [a, b), as [scope, start, end], sorted."""
+    return sorted(([n, s, e] for n in SCOPES for s, e in intersect(scopes[n], [[a, b]])), key=lambda x: x[1])
 
 
 def headline(evidences):
@@ -719,6 +749,111 @@ def headline(evidences):
     return out
 
 
+# --------------------------------------------------------------------------- the verdict
+
+# The tutorial's decision rule: the stage that holds the largest part of the step, and what to try next.
+# On a GPU trace the parts are the GPU's busy time and its waits for the host, split by the scope the host
+# was in (the input gap is the wait inside input/next_batch); on a CPU-only trace, the four scopes' CPU time.
+STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for its share, what to try next)
+    "busy": ("GPU compute", "the GPU is busy for {p} of the step",
+             "make the GPU's work cheaper or larger (those of --amp bf16, --channels-last, --compile default "
+             "not yet on, or a larger batch), then measure with mode=bench"),
+    NEXT_BATCH: ("waiting for input", "the GPU sits idle while input/next_batch runs for {p} of the step "
+                                      "(the input gap)",
+                 "more DataLoader workers within the job's CPUs (-P workers=4), then measure with mode=bench"),
+    "input/to_device": ("copying input to the GPU", "the GPU sits idle while input/to_device runs for {p} of the step",
+                        "a side-stream copy (--prefetch-stream) or --gpu-input, then measure with mode=bench"),
+    "train/forward_backward": ("host-side launch overhead",
+                               "the GPU sits idle waiting for train/forward_backward's kernel launches for {p} of "
+                               "the step",
+                               "fewer, larger launches (--cuda-graph with --gpu-input, --compile default, a "
+                               "larger batch), then measure with mode=bench"),
+    "train/optimizer": ("the optimizer", "the GPU sits idle waiting for train/optimizer's launches for {p} of the "
+                                         "step",
+                        "one fused update kernel (--fused-sgd), then measure with mode=bench"),
+    OUTSIDE_SCOPES: ("host work outside the four scopes",
+                     "the GPU sits idle waiting for the host outside the four scopes for {p} of the step",
+                     "look in the trace at what the CPU runs between the scopes"),
+    "queued": ("GPU-side gaps", "the GPU sits idle with work queued for {p} of the step",
+               "look for synchronizations in the trace (the sync calls row)"),
+}
+CPU_STAGES = {NEXT_BATCH: ("waiting for input", STAGES[NEXT_BATCH][2]),
+              "input/to_device": ("copying input", "look at the copy's CPU cost in the trace"),
+              "train/forward_backward": ("CPU compute (forward and backward)",
+                                         "profile on a GPU to see what the GPU would do"),
+              "train/optimizer": ("the optimizer", "--fused-sgd, or profile on a GPU")}
+GPU_BOUND_AT = 0.5  # busy for at least this share of the step: GPU compute holds it; else what the GPU waits for
+CLOSE = 0.10  # a runner-up within this share of the step is named beside the stage
+
+
+def _pct(x):
+    return f"{100 * x:.0f}%"
+
+
+def verdict(evidences, parts=None):
+    """The stage that holds the step, with its share of the step and the figure that shows it.
+
+    evidences: one trace's evidence or several; parts: the figure dicts to pool (default: each trace's
+    window; profile mode passes the headline's steps). Returns {"stage", "part", "share", "runner_up",
+    "sentence", "next"}; stage is None, and the sentence says why, where the figures cannot tell.
+    """
+    if isinstance(evidences, dict):
+        evidences = [evidences]
+    parts = parts if parts is not None else [ev["window"] for ev in evidences]
+    out = {"stage": None, "part": None, "share": None, "runner_up": None, "next": None}
+    steps = sum(p.get("steps", 1) for p in parts)
+    if steps < 2:
+        out["sentence"] = (f"Too short to tell: {steps} profiled step; a verdict needs two or more, so that one "
+                           "slow step is not read as the pattern.")
+        return out
+    wall = sum(p["wall_us"] for p in parts)
+    cpu = {n: sum(p["scopes_cpu_us"].get(n, 0.0) for p in parts) for n in SCOPES}
+    has_scopes = any(cpu.values())
+    if not all(ev["has_gpu"] for ev in evidences):
+        if not has_scopes:
+            out["sentence"] = ("Cannot tell: a CPU-only trace without the four scopes shows neither GPU tracks "
+                               "nor where the CPU's time goes.")
+            return out
+        part = max(cpu, key=cpu.get)
+        stage, nxt = CPU_STAGES[part]
+        out.update(stage=stage, part=part, share=cpu[part] / wall, next=nxt)
+        out["sentence"] = (f"{stage[0].upper()}{stage[1:]} holds the step: {part} takes {_pct(out['share'])} "
+                           "of the step's CPU time (a CPU-only trace has no GPU tracks: it cannot tell whether a "
+                           f"GPU would wait). Next: {nxt}.")
+        return out
+    missing = [p.get("gpu_null_reason") for p in parts if p.get("gpu_idle_us") is None or not p.get("pace_us")]
+    if missing:
+        out["sentence"] = f"Cannot tell which stage holds the step: {'; '.join(dict.fromkeys(map(str, missing)))}."
+        return out
+    pace = sum(p["pace_us"] for p in parts)
+    shares = {"busy": sum(p["gpu_busy_us"] for p in parts) / pace}
+    for k in (*SCOPES, OUTSIDE_SCOPES):
+        shares[k] = sum(p["waits_by_scope_us"].get(k, 0.0) for p in parts) / pace
+    shares["queued"] = max(0.0, sum(p["gpu_idle_us"] - p["host_wait_us"] for p in parts) / pace)
+    idle_parts = [k for k in shares if k != "busy"]
+    part = "busy" if shares["busy"] >= GPU_BOUND_AT else max(idle_parts, key=shares.get)
+    if not has_scopes and part != "busy":
+        out["sentence"] = (f"Cannot tell which stage holds the step: the GPU sits idle for "
+                           f"{_pct(1 - shares['busy'])} of it, but the trace carries none of the four scopes, so "
+                           "it cannot say whether the GPU waited for input or for launches.")
+        return out
+    stage, shows, nxt = STAGES[part]
+    out.update(stage=stage, part=part, share=shares[part], next=nxt)
+    second = max((k for k in idle_parts if k != part), key=shares.get)
+    close = part != "busy" and shares[part] - shares[second] <= CLOSE and shares[second] > 0
+    if close:
+        out["runner_up"] = {"stage": STAGES[second][0], "part": second, "share": shares[second]}
+    detail = shows.format(p=_pct(shares[part]))
+    if close:
+        detail += f", closely followed by {STAGES[second][0]} ({_pct(shares[second])})"
+    if part != "busy":
+        detail += f"; the GPU is busy for {_pct(shares['busy'])}"
+    elif shares[second] >= CLOSE:
+        detail += f"; its largest wait is {STAGES[second][0]} ({_pct(shares[second])})"
+    out["sentence"] = f"{stage[0].upper()}{stage[1:]} holds the step: {detail}. Next: {nxt}."
+    return out
+
+
 # --------------------------------------------------------------------------- printing
 
 def _scope_ms(scope):
@@ -750,6 +885,13 @@ ROWS = [  # label, getter, format
     ("sync calls", lambda f: f["sync"]["count"], "{:d}"),
     ("sync cpu ms", lambda f: f["sync"]["cpu_us"] / 1e3, "{:.2f}"),
 ]
+
+
+# The share-of-step column: the CPU scopes over the step's wall time, the GPU's parts over the step's basis span.
+SHARES = {**{f"cpu {n} ms": (lambda n: lambda f: f["scopes_cpu_us"][n] / f["wall_us"])(n) for n in SCOPES},
+          "gpu busy ms": lambda f: f["gpu_busy_us"] / f["pace_us"],
+          "gpu idle ms": lambda f: f["gpu_idle_us"] / f["pace_us"],
+          "input gap ms": lambda f: f["input_gap_us"] / f["pace_us"]}
 
 
 def mean_per_step(window):
@@ -800,8 +942,11 @@ def format_table(evidences):
     if len(evidences) == 1:
         ev = evidences[0]
         cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("mean/step", mean_per_step(ev["window"]))]
-        header = ["figure"] + [c for c, _ in cols]
-        rows = [[label] + [_fmt(_value(g, f), fmt) for _, f in cols] for label, g, fmt in rows_used]
+        header = ["figure"] + [c for c, _ in cols] + ["share of step"]
+        rows = [[label] + [_fmt(_value(g, f), fmt) for _, f in cols]
+                + ([_fmt(_value(SHARES[label], ev["window"]), "{:.1%}")] if label in SHARES else [""])
+                for label, g, fmt in rows_used]
+        parts.append(f"verdict: {ev['verdict']['sentence']}")
         parts.append(f"trace: {ev['trace']}")
     else:
         header = ["figure (mean/step)"] + [chr(ord("A") + i) for i in range(len(evidences))]
@@ -815,7 +960,8 @@ def format_table(evidences):
                 a, b = vals
                 row.append("n/a" if a in (None, 0) or b is None else f"{b / a:.2f}")
             rows.append(row)
-        parts += [f"{chr(ord('A') + i)}: {ev['trace']}" for i, ev in enumerate(evidences)]
+        parts += [f"{chr(ord('A') + i)}: {ev['trace']}\n   verdict: {ev['verdict']['sentence']}"
+                  for i, ev in enumerate(evidences)]
     parts.append(_table(header, rows))
     for ev in evidences:
         if not ev["has_gpu"]:

@@ -5,10 +5,12 @@
     python scripts/report.py .polyaxon-offline --since 2026-12-02T17:00:00+00:00
 
 Reads <root>/runs/<uuid>/run.plx.json (name, status, inputs, outputs, created_at) and, where it
-exists, <root>/runs/<uuid>/outputs/run.json (settings, device, results). Bench runs: samples/s of
-the unprofiled window, one row per job. Profile runs: the headline trace evidence (GPU idle share,
-input gap share of the idle time, profiled step ms) and the traces to open in Perfetto. Failed or
-unfinished runs are listed with their error. Standard library only; compare.py judges repeats.
+exists, <root>/runs/<uuid>/outputs/run.json (settings, device, results). It opens on the answer: each
+profile run's verdict (which stage holds the step) and the bench rate of each workers setting against
+workers=0, with what one job per setting can and cannot show. Then the bench rates, one row per job; the
+profile runs' figures (GPU idle share, input gap share of the idle time, profiled step ms, the profiler's
+slow-down); the step pictures and the traces to open in Perfetto. Failed or unfinished runs are listed
+with their error. Standard library only; compare.py judges repeats.
 """
 
 import argparse
@@ -26,7 +28,7 @@ EVIDENCE = (("gpu_idle_share", "GPU idle share", "{:.2f}"),
             ("input_gap_share", "input gap share of idle", "{:.2f}"),
             ("profiled_step_ms", "profiled step ms", "{:.1f}"),
             ("unprofiled_step_ms", "unprofiled step ms", "{:.1f}"),
-            ("profiler_distortion", "distortion", "{:.2f}x"))
+            ("profiler_distortion", "profiler slow-down", "{:.2f}x"))
 GPU_FIGURES = {"gpu_idle_share", "input_gap_share"}
 PERFETTO = "https://ui.perfetto.dev (Perfetto v57.1 or later)"
 
@@ -111,21 +113,21 @@ def figure(r, key, fmt):
     return fmt.format(value)
 
 
+def local_path(r, path):
+    """A file the run recorded, found under this root when it was recorded on another machine; short when
+    under the current folder."""
+    if not os.path.exists(path) and "/outputs/" in path:
+        path = os.path.join(r["base"], "outputs", path.split("/outputs/", 1)[1])
+    if not os.path.exists(path):
+        return f"{path} (missing)"
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def trace_paths(r):
-    """The traces of a profile run; paths recorded on another machine are found under this root."""
-    paths = []
-    for c in ((r["run"] or {}).get("results") or {}).get("cycles") or []:
-        path = c.get("trace")
-        if not path:
-            continue
-        if not os.path.exists(path) and "/outputs/" in path:
-            path = os.path.join(r["base"], "outputs", path.split("/outputs/", 1)[1])
-        if not os.path.exists(path):
-            paths.append(f"{path} (missing)")
-            continue
-        rel = os.path.relpath(path)
-        paths.append(path if rel.startswith("..") else rel)  # short when under the current folder
-    return paths
+    """The traces of a profile run."""
+    return [local_path(r, c["trace"]) for c in ((r["run"] or {}).get("results") or {}).get("cycles") or []
+            if c.get("trace")]
 
 
 def table(header, rows):
@@ -136,6 +138,56 @@ def table(header, rows):
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+def rate_of(r):
+    res = r["run"].get("results") or {}
+    return (r["plx"].get("outputs") or {}).get("samples_per_sec") or res.get("samples_per_sec")
+
+
+def workers_ratios(bench):
+    """Each bench job with workers > 0 against the workers=0 job of the same configuration and device, as
+    sentences: one job per setting is a first look; fewer CPUs than workers + 1 is said where it applies."""
+    def key(r):
+        s = dict(settings_of(r))
+        for k in ("workers", "repeat", "output_dir", "force_workers"):
+            s.pop(k, None)
+        return json.dumps(s, sort_keys=True, default=str), device_of(r)
+
+    base = {}
+    for r in bench:
+        if settings_of(r).get("workers") == 0 and rate_of(r):
+            base.setdefault(key(r), []).append(r)
+    out = []
+    for r in bench:
+        w, rate = settings_of(r).get("workers"), rate_of(r)
+        zero = base.get(key(r))
+        if not w or not rate or not zero:
+            continue
+        ref = rate_of(zero[0])
+        line = (f"bench: workers={w} ran at {rate / ref:.2f}x the samples/s of workers=0 ({rate:,.1f} vs "
+                f"{ref:,.1f}) on {device_of(r)}")
+        n = sum(1 for x in bench if key(x) == key(r) and settings_of(x).get("workers") == w)
+        if n == 1 and len(zero) == 1:
+            line += (". One job per setting is a first look, not a verdict: run make bench-alternating (6 pairs), "
+                     "then make compare")
+        cpus = ((r["run"].get("cpu_budget") or {}).get("cpus"))
+        if rate < ref and cpus is not None and cpus < w + 1:
+            line += (f". More workers can be slower here: the job has {cpus} CPUs, fewer than {w} workers plus the "
+                     "training process, so the workers take CPU time from the training step")
+        out.append(line + ".")
+    return out
+
+
+def verdict_of(r):
+    evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
+    v = evidence.get("verdict") or {}
+    return v.get("sentence") or (r["plx"].get("outputs") or {}).get("verdict")
+
+
+def pictures_of(r):
+    return [local_path(r, c["picture"]) for c in ((r["run"] or {}).get("results") or {}).get("cycles") or []
+            if c.get("picture")]
+
+
 def report(runs):
     """The text make run ends with; pure, so it can be tested on fabricated run folders."""
     ok = [r for r in runs if r["plx"].get("status") == "succeeded" and r["run"] is not None]
@@ -143,11 +195,15 @@ def report(runs):
     profile = [r for r in ok if settings_of(r).get("mode") == "profile"]
     others = [r for r in runs if r not in ok]
     out = []
+    answer = [f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}: {verdict_of(r)}"
+              for r in profile if verdict_of(r)] + workers_ratios(bench)
+    if answer:
+        out += ["the answer", *[f"  {line}" for line in answer], ""]
     if bench:
         rows = []
         for r in bench:
             res = r["run"].get("results") or {}
-            rate = (r["plx"].get("outputs") or {}).get("samples_per_sec") or res.get("samples_per_sec")
+            rate = rate_of(r)
             window = (f"{res['window_steps']} batches in {res['window_seconds']:.2f} s"
                       if res.get("window_steps") and res.get("window_seconds") else "")
             share = res.get("gpu_bound_share", res.get("share_of_gpu_limit"))  # the older runs' name
@@ -161,13 +217,17 @@ def report(runs):
     if profile:
         rows = [[r["uuid"][:8], configuration(settings_of(r)), settings_of(r).get("profile_detail") or "full",
                  device_of(r)] + [figure(r, key, fmt) for key, _, fmt in EVIDENCE] for r in profile]
-        out += ["profile: trace evidence of the headline (the cycles, or else the steps, no refill served); "
-                "distortion = profiled step / unprofiled step, both in the same run",
+        out += ["profile: what the traces show, over the traced steps whose input waits the capture did not hide "
+                "(docs/EVIDENCE.md); profiler slow-down = profiled step / unprofiled step of the same run",
                 table(["run", "configuration", "capture", "device"] + [title for _, title, _ in EVIDENCE], rows)]
         for r in profile:
             said = ((r["run"].get("results") or {}).get("evidence") or {}).get("distortion_sentence")
             if said:
                 out.append(f"  {r['uuid'][:8]}: {said}")
+        pictures = [(r, p) for r in profile for p in pictures_of(r)]
+        if pictures:
+            out += ["", "step pictures (each profiled cycle: the CPU's scopes and the GPU's busy and idle time):"]
+            out += [f"  {r['uuid'][:8]} {configuration(settings_of(r))}: {p}" for r, p in pictures]
         out += ["",
                 f"traces to open at {PERFETTO}; per step: python summarize.py TRACE"]
         for r in profile:

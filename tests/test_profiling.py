@@ -214,8 +214,8 @@ def test_a_gpu_bound_run_with_workers_keeps_its_headline(tmp_path):
     pauses[1], pauses[5] = 0.5, 1.0
     real = profiling.summarize.summarize_file
 
-    def ahead(path):
-        ev = real(path)
+    def ahead(path, **kw):
+        ev = real(path, **kw)
         ev["idle_basis"] = "gpu_timeline"
         return ev
     profiling.summarize.summarize_file = ahead

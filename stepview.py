@@ -1,0 +1,128 @@
+"""A picture of one profiled cycle: each step as the tutorial tells it, to scale.
+
+    python stepview.py TRACE [--out PICTURE.png]
+
+For each step, two lanes: the CPU's four scopes, and the GPU's busy time and idle time (idle split into
+the input gap, when the GPU waited while input/next_batch ran, and other idle). Each lane starts at its
+own zero: the CPU lane at the step's start, the GPU lane at the start of the span its figures are read on
+(the CPU's step while the GPU keeps up; the step's own GPU slot when the CPU runs ahead). Every length
+comes from summarize.py's figures for that step; the verdict is in the title. Profile mode draws one per
+cycle beside its trace; a CPU-only trace gets the CPU lanes alone.
+"""
+
+import argparse
+import os
+import sys
+import textwrap
+
+import summarize
+from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
+
+COLOURS = {NEXT_BATCH: "#d62728", TO_DEVICE: "#ff7f0e", FORWARD_BACKWARD: "#1f77b4", OPTIMIZER: "#9467bd",
+           "busy": "#2ca02c", "input gap": "#d62728", "other idle": "#d9d9d9"}
+NO_MATPLOTLIB = "matplotlib is not installed: no step picture was drawn (pip install matplotlib)"
+
+
+class NoPicture(Exception):
+    pass
+
+
+def lanes_of(evidence):
+    """Per step, the lanes to draw in milliseconds from each lane's own start, and their lengths.
+
+    Returns [{"step", "cpu_ms", "gpu_ms", "cpu": [(scope, start, length)], "gpu": [(kind, start, length)]}];
+    gpu_ms is None where the step has no GPU figures (a CPU-only trace, or an open GPU slot)."""
+    out = []
+    for s in evidence["steps"]:
+        lanes = s.get("lanes")
+        if lanes is None:
+            raise ValueError("the evidence carries no lanes: summarize it with lanes=True")
+        cpu_ms = s["wall_us"] / 1e3
+        gpu = lanes["gpu"] if s.get("pace_us") is not None and s.get("gpu_busy_us") is not None else None
+        row = {"step": s["step"], "cpu_ms": cpu_ms, "gpu_ms": None, "cpu": [], "gpu": []}
+        start = lanes["cpu_start"]  # the ProfilerStep slice's start: its first scope may start later
+        row["cpu"] = [(name, (a - start) / 1e3, (b - a) / 1e3) for name, a, b in lanes["cpu"]]
+        if gpu:
+            g0 = gpu[0][1]
+            row["gpu"] = [(kind, (a - g0) / 1e3, (b - a) / 1e3) for kind, a, b in gpu]
+            row["gpu_ms"] = s["pace_us"] / 1e3
+        out.append(row)
+    return out
+
+
+def draw(evidence, path, title):
+    """Draw the cycle's picture to path (PNG, written atomically); returns lanes_of(evidence) as drawn.
+    Raises NoPicture with the reason when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError as e:
+        raise NoPicture(NO_MATPLOTLIB) from e
+    rows = lanes_of(evidence)
+    fig, ax = plt.subplots(figsize=(11, 1.9 + 0.8 * len(rows)))
+    ticks, labels = [], []
+    for i, row in enumerate(rows):
+        y_cpu, y_gpu = 2 * (len(rows) - 1 - i) + 1.0, 2 * (len(rows) - 1 - i) + 0.45
+        ax.broken_barh([(0, row["cpu_ms"])], (y_cpu - 0.22, 0.44), facecolors="white", edgecolors="#555555")
+        for name, a, w in row["cpu"]:
+            ax.broken_barh([(a, w)], (y_cpu - 0.22, 0.44), facecolors=COLOURS[name], linewidth=0,
+                          antialiased=False)
+        ticks.append(y_cpu)
+        labels.append(f"step {row['step']} CPU  {row['cpu_ms']:.2f} ms")
+        if row["gpu_ms"] is not None:
+            for kind, a, w in row["gpu"]:
+                ax.broken_barh([(a, w)], (y_gpu - 0.22, 0.44), facecolors=COLOURS[kind], linewidth=0,
+                              antialiased=False)
+            labels.append(f"GPU  {row['gpu_ms']:.2f} ms")
+        else:
+            reason = "CPU-only trace" if not evidence["has_gpu"] else "no complete GPU slot"
+            ax.text(0, y_gpu, f"  ({reason})", va="center", fontsize=8, color="#555555")
+            labels.append("GPU  n/a")
+        ticks.append(y_gpu)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel("milliseconds from the start of each lane, to scale; "
+                  + ("the GPU lane is the step's own GPU slot (the CPU runs ahead of the GPU)"
+                     if evidence.get("idle_basis") == "gpu_timeline" else "both lanes start with the CPU's step"),
+                  fontsize=8)
+    ax.set_xlim(0, max([r["cpu_ms"] for r in rows] + [r["gpu_ms"] or 0 for r in rows]) * 1.02)
+    legend = [Patch(facecolor=COLOURS[k], label=k) for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)]
+    if evidence["has_gpu"]:
+        legend += [Patch(facecolor=COLOURS[k], label=f"GPU {k}") for k in ("busy", "input gap", "other idle")]
+    fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=8, frameon=False)
+    wrapped = "\n".join(textwrap.wrap(evidence["verdict"]["sentence"], 130))
+    ax.set_title(f"{title}\n{wrapped}", fontsize=9, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".partial-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="stepview.py", description=__doc__.split("\n")[0])
+    p.add_argument("trace", help="a PyTorch profiler Chrome trace (.json or .json.gz)")
+    p.add_argument("--out", help="the PNG to write (default: beside the trace, .steps.png)")
+    args = p.parse_args(argv)
+    out = args.out or args.trace.rsplit(".pt.trace.", 1)[0].rsplit(".json", 1)[0] + ".steps.png"
+    try:
+        evidence = summarize.summarize_file(args.trace, lanes=True)
+        draw(evidence, out, os.path.basename(args.trace))
+    except (summarize.TraceError, NoPicture) as e:
+        print(f"stepview.py: error: {e}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The answer at a glance: the verdict sentence, and the picture of each profiled cycle."""
+import glob
+import json
+import os
+import struct
+import sys
+
+import pytest
+
+from conftest import ROOT, TINY, run_train, single_run
+
+import profiling  # noqa: E402
+import stepview  # noqa: E402
+import summarize  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import report  # noqa: E402
+
+
+def stored_trace(**want):
+    """The smallest cycle-1 trace of the stored H200 profile runs whose settings match want."""
+    found = []
+    for path in glob.glob(os.path.join(ROOT, "results", "**", "outputs", "run.json"), recursive=True):
+        with open(path) as f:
+            run = json.load(f)
+        s = run.get("settings") or {}
+        if run.get("mode") == "profile" and all(s.get(k) == v for k, v in want.items()):
+            found += glob.glob(os.path.join(os.path.dirname(path), "traces", "trace-cycle1-*.pt.trace.json*"))
+    if not found:
+        pytest.fail(f"no stored profile run with {want} under results/")
+    return min(found, key=os.path.getsize)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_workers0_gpu_trace_is_held_by_waiting_for_input():
+    """An H200 trace at workers=0: the GPU sits idle while input/next_batch runs for most of the step."""
+    ev = summarize.summarize_file(stored_trace(workers=0, cuda_graph=False))
+    v, w = ev["verdict"], ev["window"]
+    assert v["stage"] == "waiting for input", v["sentence"]
+    assert v["share"] == pytest.approx(w["input_gap_us"] / w["pace_us"]), "the share is the input gap over the step"
+    assert v["share"] > 0.5 and f"{100 * v['share']:.0f}%" in v["sentence"]
+    assert "workers" in v["next"]
+
+
+def test_best_set_trace_is_held_by_gpu_compute():
+    """The best option set (CUDA graphs, bf16): the GPU is busy for most of its own timeline."""
+    ev = summarize.summarize_file(stored_trace(cuda_graph=True, amp="bf16"))
+    v, w = ev["verdict"], ev["window"]
+    assert v["stage"] == "GPU compute", v["sentence"]
+    assert v["share"] == pytest.approx(w["gpu_busy_us"] / w["pace_us"])
+    assert summarize.GPU_BOUND_AT <= v["share"] <= 1.0
+
+
+def test_the_parts_a_verdict_weighs_add_up_to_the_step():
+    """Busy time plus the GPU's waits (per scope) plus its idle with work queued is the whole step."""
+    for want in ({"workers": 0, "cuda_graph": False},
+                 {"cuda_graph": True, "amp": "bf16"}):
+        ev = summarize.summarize_file(stored_trace(**want))
+        for part in ev["steps"] + [ev["window"]]:
+            if part.get("gpu_busy_us") is None:
+                continue
+            waits = sum(part["waits_by_scope_us"].values())
+            assert waits == pytest.approx(part["host_wait_us"], abs=0.05)
+            queued = part["gpu_idle_us"] - part["host_wait_us"]
+            assert queued >= -0.05, "the GPU cannot wait for the host longer than it idles"
+            assert part["gpu_busy_us"] + waits + queued == pytest.approx(part["pace_us"], abs=0.05)
+
+
+def figures(**over):
+    part = {"steps": 3, "wall_us": 300.0, "pace_us": 300.0, "gpu_busy_us": 60.0, "gpu_idle_us": 240.0,
+            "host_wait_us": 200.0, "gpu_null_reason": None,
+            "scopes_cpu_us": {n: 75.0 for n in summarize.SCOPES},
+            "waits_by_scope_us": {summarize.NEXT_BATCH: 150.0, "input/to_device": 0.0,
+                                  "train/forward_backward": 40.0, "train/optimizer": 10.0,
+                                  summarize.OUTSIDE_SCOPES: 0.0}}
+    part.update(over)
+    return {"has_gpu": True, "window": part}
+
+
+def test_a_verdict_is_never_given_where_its_figure_is_null():
+    """No GPU idle figure (the reason given), one step, or a trace without the scopes: no stage named."""
+    v = summarize.verdict(figures(gpu_idle_us=None, gpu_null_reason="no GPU work was launched inside the window"))
+    assert v["stage"] is None and v["share"] is None
+    assert v["sentence"].startswith("Cannot tell") and "no GPU work was launched" in v["sentence"]
+    v = summarize.verdict(figures(steps=1))
+    assert v["stage"] is None and v["sentence"].startswith("Too short")
+    v = summarize.verdict(figures(scopes_cpu_us={n: 0.0 for n in summarize.SCOPES}))
+    assert v["stage"] is None and "none of the four scopes" in v["sentence"]
+    v = summarize.verdict(figures())
+    assert v["stage"] == "waiting for input" and v["share"] == pytest.approx(0.5)
+
+
+def test_a_close_runner_up_is_named_and_a_busy_gpu_wins_from_half_the_step():
+    v = summarize.verdict(figures(waits_by_scope_us={summarize.NEXT_BATCH: 100.0, "train/forward_backward": 90.0}))
+    assert v["stage"] == "waiting for input" and v["runner_up"]["stage"] == "host-side launch overhead"
+    assert "closely followed by host-side launch overhead" in v["sentence"]
+    v = summarize.verdict(figures(gpu_busy_us=150.0, gpu_idle_us=150.0, host_wait_us=150.0,
+                                  waits_by_scope_us={summarize.NEXT_BATCH: 150.0}))
+    assert v["stage"] == "GPU compute" and v["share"] == pytest.approx(0.5)
+
+
+def test_summarize_and_its_table_open_with_the_verdict(capsys):
+    trace = stored_trace(workers=0, cuda_graph=False)
+    assert summarize.main([trace]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("verdict: Waiting for input holds the step")
+    share_line = next(line for line in out.splitlines() if line.startswith("input gap ms"))
+    ev = summarize.summarize_file(trace)
+    assert f"{ev['window']['input_gap_us'] / ev['window']['pace_us']:.1%}" in share_line
+
+
+def test_the_drawn_lanes_are_summarize_figures(tmp_path):
+    """Each drawn GPU lane adds up to the step's basis span and each CPU lane is the step's wall time."""
+    for want in ({"workers": 0, "cuda_graph": False},
+                 {"cuda_graph": True, "amp": "bf16"}):
+        ev = summarize.summarize_file(stored_trace(**want), lanes=True)
+        rows = stepview.draw(ev, str(tmp_path / "p.png"), "test")
+        png_size(tmp_path / "p.png")
+        for row, step in zip(rows, ev["steps"]):
+            assert row["cpu_ms"] == pytest.approx(step["wall_us"] / 1e3)
+            assert all(0 <= a and a + w <= row["cpu_ms"] + 1e-6 for _, a, w in row["cpu"])
+            if step.get("gpu_busy_us") is None:
+                assert row["gpu_ms"] is None
+                continue
+            assert row["gpu_ms"] == pytest.approx(step["pace_us"] / 1e3)
+            drawn = {k: sum(w for kind, _, w in row["gpu"] if kind == k) for k in ("busy", "input gap", "other idle")}
+            assert sum(drawn.values()) == pytest.approx(row["gpu_ms"], abs=1e-4)
+            assert drawn["busy"] == pytest.approx(step["gpu_busy_us"] / 1e3, abs=1e-4)
+            assert drawn["input gap"] == pytest.approx(step["input_gap_us"] / 1e3, abs=1e-4)
+
+
+def test_without_matplotlib_no_picture_is_drawn_and_the_reason_is_given(tmp_path, monkeypatch):
+    ev = summarize.summarize_file(stored_trace(cuda_graph=True, amp="bf16"), lanes=True)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    cycle = {"cycle": 1, "profiler_steps": [2, 4], "trace": str(tmp_path / "trace-cycle1-steps2-4.pt.trace.json.gz")}
+    path, why = profiling.draw_cycle(cycle, ev)
+    assert path is None and why == stepview.NO_MATPLOTLIB
+    assert not os.listdir(tmp_path), "nothing is left behind"
+
+
+def test_a_cpu_profile_run_draws_and_logs_one_picture_per_cycle(profile_run):
+    """The CPU run: verdict in run.json, the evidence text and the log; one PNG per cycle under outputs/,
+    logged as Polyaxon images (the offline run's events/image and assets/image)."""
+    with open(os.path.join(profile_run["outputs"], "run.json")) as f:
+        run = json.load(f)
+    v = run["results"]["evidence"]["verdict"]
+    assert v["stage"].startswith("CPU compute") or v["stage"] == "waiting for input", v
+    assert f"profile: verdict: {v['sentence']}" in profile_run["proc"].stderr
+    cycles = run["results"]["cycles"]
+    assert len(cycles) == 2
+    base = os.path.join(str(profile_run["root"]), "runs", profile_run["uuid"])
+    for c in cycles:
+        assert c["picture"].startswith(profile_run["outputs"]) and png_size(c["picture"])[0] > 500
+        with open(c["evidence_txt"]) as f:
+            assert f.readline().startswith("verdict: ")
+        name = f"steps-cycle{c['cycle']}"
+        assert os.path.exists(os.path.join(base, "events", "image", f"{name}.plx"))
+        assert glob.glob(os.path.join(base, "assets", "image", f"{name}*.png"))
+    with open(os.path.join(base, "run.plx.json")) as f:
+        assert json.load(f)["outputs"]["verdict"] == v["sentence"]
+
+
+def test_the_end_report_leads_with_the_verdicts_and_the_workers_ratio(tmp_path):
+    def make(uuid, settings, run_json, outputs=None):
+        b = tmp_path / "runs" / uuid
+        (b / "outputs").mkdir(parents=True)
+        (b / "run.plx.json").write_text(json.dumps({"status": "succeeded", "inputs": settings,
+                                                    "created_at": "2026-12-03T10:00:00+00:00",
+                                                    "outputs": outputs or {}}))
+        (b / "outputs" / "run.json").write_text(json.dumps({"settings": settings, **run_json}))
+    said = "Waiting for input holds the step: ..."
+    make("p" * 32, {"mode": "profile", "workers": 0}, {"device": "cuda", "results": {"evidence": {
+        "verdict": {"sentence": said}}, "cycles": [{"picture": "/nowhere/outputs/traces/picture-cycle1.png"}]}})
+    for uuid, w, rate in (("a" * 32, 0, 100.0), ("b" * 32, 4, 91.0)):
+        make(uuid, {"mode": "bench", "workers": w}, {"device": "cpu", "cpu_budget": {"cpus": 2},
+                                                      "results": {"samples_per_sec": rate}})
+    out = report.report(report.load_runs(str(tmp_path)))
+    lines = out.splitlines()
+    assert lines[0] == "the answer"
+    assert said in lines[1]
+    ratio = next(line for line in lines if "workers=4 ran at" in line)
+    assert "0.91x" in ratio and "first look" in ratio and "2 CPUs, fewer than 4 workers" in ratio
+    assert "picture-cycle1.png" in out
+    assert "per GPU" not in out

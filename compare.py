@@ -24,9 +24,12 @@ the table says "too few repeats for a verdict (n=..., need ...)"; from it on, "f
 where p < 0.05, else "within the noise" (no difference shown with these pairs, which is not proof
 that there is none).
 
-Groups: every setting that changes what is measured (workers, batch size, data, bench and warm-up
-steps, each option); the repeat index, paths and the trace format do not split groups, and a
-switched-off option (False, "off", or absent in older runs) is one value. Runs of different
+Groups: runs whose recorded settings (run.json's settings, else the Polyaxon inputs) all agree, plus
+world_size and nproc_per_node (1 for runs without DDP), except repeat, output_dir, data_dir, mode,
+trace_format and profile_detail, which never split groups. Every other setting does, whether or not
+it changes what is measured: --force-workers, --seed, --device, --lr, --momentum, --weight-decay and
+the DDP flags split groups as much as --workers, --batch-size, --data, --bench-steps, --warmup-steps
+and each option. A switched-off setting (False, "off", or absent in older runs) is one value. Runs of different
 machines (host, GPU, driver, torch, CUDA, CPU budget) are never pooled: compare.py refuses and names
 what differs, or with --per-host makes one table per machine. Per group, where the runs carry them:
 model TFLOP/s and MFU (train.py's FLOP count; older runs lack it and the table says so), the
@@ -120,6 +123,9 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
 
 def gather_offline(root):
     runs_dir = os.path.join(root, "runs")
+    if not os.path.isdir(root):
+        raise CompareError(f"{root} does not exist or is not a folder: give the folder POLYAXON_OFFLINE_ROOT "
+                           "pointed at when train.py ran")
     if not os.path.isdir(runs_dir):
         raise CompareError(f"{root} holds no offline runs (no runs/ folder): run train.py first, "
                            "or give the folder POLYAXON_OFFLINE_ROOT pointed at")

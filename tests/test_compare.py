@@ -165,6 +165,18 @@ def test_switched_off_and_absent_options_are_one_group():
     assert result["varying"] == ["workers"] and table(result)["groups"][0]["n"] == 2
 
 
+def test_the_grouping_rule_is_the_one_the_docstring_states():
+    """repeat, output_dir, data_dir, trace_format and profile_detail never split groups; any other setting
+    does, --force-workers included, even though it changes nothing that is measured."""
+    quiet = {"output_dir": "/x", "data_dir": "/d", "trace_format": "json", "profile_detail": "lean"}
+    alike = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 7, 102.0, **quiet)]
+    assert compare.compare_records(alike)["varying"] == ["workers"]
+    forced = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 7, 102.0, force_workers=True)]
+    assert compare.compare_records(forced)["varying"] == ["force_workers", "workers"]
+    for name in ("repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_detail", "force_workers"):
+        assert name in compare.__doc__.replace("--force-workers", "force_workers"), f"the docstring omits {name}"
+
+
 @pytest.mark.parametrize("env,named", [({"hostname": "other"}, "host: other, vm"),
                                        ({"driver": "550.54.15"}, "driver: 550.54.15, 570.86.15"),
                                        ({"torch": "2.7.1+cu126"}, "torch: 2.11.0+cu130, 2.7.1+cu126")])
@@ -359,6 +371,15 @@ def fabricated_offline(root, hosts=("vm",)):
 def run_compare(*args, env=None):
     return subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *args], capture_output=True, text=True,
                           timeout=300, env=env, cwd=ROOT)
+
+
+def test_an_offline_folder_that_does_not_exist_is_named_so(tmp_path):
+    """A mistyped --offline path is said not to exist, in one line, not to hold no runs."""
+    proc = run_compare("--offline", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "nowhere does not exist" in lines[0] and "holds no offline runs" not in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_refuses_runs_of_two_hosts_in_one_line_and_splits_them_per_host(tmp_path):

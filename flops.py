@@ -91,7 +91,8 @@ def _cudnn_tf32(torch):
 
 
 def math_precision(torch, amp):
-    """Which peak bounds the step's convolutions (all but about 10 kFLOP of this model's FLOPs), and why."""
+    """Which peak bounds the step's convolutions (all but about 30 kFLOP of this model's FLOPs per training
+    sample: the linear layer's 512 x 10 matmul, about 10 kFLOP forward and twice that backward), and why."""
     tf32, source = _cudnn_tf32(torch)
     flags = {"cudnn_tf32": tf32, "source": source}
     if amp == "bf16":
@@ -101,7 +102,7 @@ def math_precision(torch, amp):
     if tf32:
         return "tf32", flags, (f"fp32 tensors, but {source} (torch's default allows it), so cuDNN may run the "
                                "convolutions on TF32 Tensor Cores: the TF32 peak is their ceiling (the linear "
-                               "layer's matmul holds about 10 kFLOP of 3.3 GFLOP)")
+                               "layer's matmuls hold about 30 kFLOP of 3.3 GFLOP)")
     return "fp32", flags, f"fp32 with TF32 off ({source}): the FP32 (non-Tensor Core) peak"
 
 

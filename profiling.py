@@ -325,33 +325,37 @@ def t975(df):
 
 
 def capture_lines(cycle, capture):
-    """The evidence text's account of the capture: the profiler's cost and the pauses before this cycle."""
+    """The evidence text's account of the capture, in plain words: the profiler's cost, the pauses before this
+    cycle, and which steps the run's headline figures come from (run.json keeps the terms of docs/EVIDENCE.md)."""
     se = capture.get("profiler_distortion_se")
-    lines = [f"capture: --profile-detail {capture['detail']}; unprofiled step "
-             f"{_ms(capture['unprofiled_step_ms'])} ms (same process, {capture['unprofiled_steps']} steps "
-             f"just before the capture{_spread(capture.get('unprofiled_step_ms_each'))}), profiled step "
-             f"{_ms(capture['profiled_step_ms'])} ms, profiler_distortion {_ratio(capture['profiler_distortion'])}"
-             f"{'' if se is None else f' +/- {se:.2f}'}"]
+    lines = [f"the profiler's cost (--profile-detail {capture['detail']}): a profiled step took "
+             f"{_ms(capture['profiled_step_ms'])} ms, an unprofiled one {_ms(capture['unprofiled_step_ms'])} ms "
+             f"({capture['unprofiled_steps']} steps in the same process just before the capture"
+             f"{_spread(capture.get('unprofiled_step_ms_each'))}): the profiler slowed the step "
+             f"{_ratio(capture['profiler_distortion'])}x{'' if se is None else f' +/- {se:.2f}'} "
+             "(profiler_distortion in run.json)"]
     if capture["distortion_sentence"]:
-        lines.append(f"capture: {capture['distortion_sentence']}")
+        lines.append(f"  {capture['distortion_sentence']}")
     for d in capture["dumps"]:
         if d["before_step"] <= cycle["profiler_steps"][0]:
-            lines.append(f"capture: cycle {cycle['cycle']}'s active steps start "
-                         f"{cycle['profiler_steps'][0] - d['before_step']} steps after cycle {d['cycle']}'s trace "
-                         f"dump ({d['seconds']:.3f} s, before step {d['before_step']})")
+            lines.append(f"pause: this cycle's steps start {cycle['profiler_steps'][0] - d['before_step']} steps "
+                         f"after cycle {d['cycle']}'s trace was written ({d['seconds']:.3f} s, before step "
+                         f"{d['before_step']})")
     for r in cycle["refilled_by"]:
-        lines.append(f"capture: cycle {cycle['cycle']} follows {r['what']} ({r['seconds']:.3f} s, before step "
-                     f"{r['before_step']}, about {r['batches']:g} batches of loading; queue {capture['queue_depth']}, "
-                     f"{capture['queue']}): step(s) {', '.join(map(str, r['steps']))} found their batch queued where "
-                     "without the pause they would have waited, so this cycle's input waits may be understated")
+        lines.append(f"pause: {r['what']} ({r['seconds']:.3f} s, before step {r['before_step']}) gave the "
+                     f"DataLoader time for about {r['batches']:g} batches (its queue holds {capture['queue_depth']}, "
+                     f"{capture['queue']}): step(s) {', '.join(map(str, r['steps']))} found their batch ready where "
+                     "an unpaused run would have waited, so this cycle may understate the input wait")
     if capture["headline_clean"]:
-        lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))}")
+        lines.append(f"the run's headline figures come from cycle(s) "
+                     f"{', '.join(map(str, capture['headline_cycles']))}: no pause hid an input wait there")
     elif capture.get("headline_steps"):
-        lines.append(f"capture: every cycle has steps a pause refilled: headline figures from the steps none "
-                     f"refilled ({', '.join(map(str, capture['headline_steps']))})")
+        lines.append(f"the run's headline figures come from the steps no pause served "
+                     f"({', '.join(map(str, capture['headline_steps']))}): every cycle had steps a pause served")
     else:
-        lines.append(f"capture: headline figures from cycle(s) {', '.join(map(str, capture['headline_cycles']))} "
-                     "(every traced step was served by a refill: idle and input gap null)")
+        lines.append(f"the run's headline figures come from cycle(s) {', '.join(map(str, capture['headline_cycles']))}, "
+                     "but every traced step found its batch ready after a pause: the idle and input gap "
+                     "figures are left out")
     return lines
 
 

@@ -967,15 +967,19 @@ def format_table(evidences):
         if not ev["has_gpu"]:
             parts.append(f"{ev['trace']}: {NO_GPU}")
             continue
-        parts.append(f"{ev['trace']}: idle basis {ev['idle_basis']}")
+        parts.append(f"{ev['trace']}: " + (
+            "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
+            if ev["idle_basis"] == "gpu_timeline" else
+            "idle time is read on the CPU's steps: the GPU keeps up with the CPU (idle_basis cpu_steps)"))
         for note in ev["notes"]:
             parts.append(f"{ev['trace']}: {note}")
         for s in ev["steps"]:
             if s["gpu_span_null_reason"] and s["gpu_work_us"]:
                 parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
         if ev["crossing_slices"]["count"]:
-            parts.append(f"{ev['trace']}: {ev['crossing_slices']['count']} crossing slices "
-                         "(open in Perfetto v57.1 or later, older versions drop them)")
+            parts.append(f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
+                         "without nesting (with_stack's Python slices): open the trace in Perfetto v57.1 or later, "
+                         "older versions drop them")
     parts.append(f"note: {CAVEAT}")
     return "\n".join(parts) + "\n"
 

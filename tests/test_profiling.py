@@ -70,14 +70,14 @@ def test_a_dump_refilled_cycle_is_flagged_and_the_headline_reads_the_other(tmp_p
     assert cycles[1]["evidence"]["input_gap_share"] == pytest.approx(2 / 20), "cycle 2 alone would hide the wait"
     with open(cycles[1]["evidence_txt"]) as f:
         text = f.read()
-    assert "follows cycle 1's trace dump (1.000 s, before step 5" in text and "understated" in text
-    assert "step(s) 7, 8, 9 found their batch queued" in text and "headline figures from cycle(s) 1" in text
+    assert "pause: cycle 1's trace dump (1.000 s, before step 5)" in text and "understate" in text
+    assert "step(s) 7, 8, 9 found their batch ready" in text and "headline figures come from cycle(s) 1" in text
     with open(cycles[1]["evidence_json"]) as f:
         saved = json.load(f)
     assert saved["capture"]["refilled_by"][0]["batches"] == 8
     assert saved["capture"]["dumps"] == [{"cycle": 1, "seconds": 1.0, "before_step": 5},
                                          {"cycle": 2, "seconds": 1.0, "before_step": 10}]
-    assert "cycle 2's active steps start 2 steps after cycle 1's trace dump (1.000 s, before step 5)" in text
+    assert "this cycle's steps start 2 steps after cycle 1's trace was written (1.000 s, before step 5)" in text
 
 
 def test_when_refills_served_every_traced_step_the_input_figures_are_null_with_the_reason(tmp_path):
@@ -116,7 +116,7 @@ def test_a_short_start_pause_refills_one_step_and_the_headline_reads_the_others(
     assert head["profiled_step_ms"] == head["cpu_step_ms"] == pytest.approx(0.03), "one basis, the same steps"
     assert head["gpu_work_ms_per_step"] == pytest.approx(0.01) and head["gpu_span_ms_per_step"] == pytest.approx(1.0)
     with open(cycles[0]["evidence_txt"]) as f:
-        assert "headline figures from the steps none refilled (3, 4)" in f.read()
+        assert "headline figures come from the steps no pause served (3, 4)" in f.read()
 
 
 def test_an_uneven_loader_is_not_read_as_a_refill():

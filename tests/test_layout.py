@@ -1,6 +1,7 @@
 """The project's layout: every module says what it holds, and no module imports one above it."""
 import ast
 import os
+import re
 
 import pytest
 
@@ -48,3 +49,55 @@ def test_every_python_module_is_placed_in_a_layer():
 
 def test_compare_does_not_import_train():
     assert "train" not in project_imports(module_path("compare"))
+
+
+README = os.path.join(ROOT, "README.md")
+
+
+def markdown_pages():
+    docs = os.path.join(ROOT, "docs")
+    return [README] + sorted(os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md"))
+
+
+def anchors(path):
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens (code blocks skipped)."""
+    found, fenced = set(), False
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add("".join(c for c in title if c.isalnum() or c in " -_").replace(" ", "-"))
+    return found
+
+
+def relative_links(path):
+    """(target file, anchor) of every relative Markdown link outside code blocks."""
+    links, fenced = [], False
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        for target in re.findall(r"\]\(([^)\s]+)\)", "" if fenced else line):
+            if not re.match(r"[a-z]+:", target):
+                file, _, anchor = target.partition("#")
+                links.append((os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path, anchor))
+    return links
+
+
+def test_readme_stays_a_short_how_to():
+    """The README is the quick start; reference material lives in docs/ (nanoGPT's README is 13.8 KB)."""
+    size = os.path.getsize(README)
+    assert size <= 16000, f"README.md is {size} bytes: move reference material into docs/ (limit 16000)"
+
+
+@pytest.mark.parametrize("page", markdown_pages(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_relative_links_resolve(page):
+    """Every relative link in README.md and docs/*.md points at a file that exists, and at a heading it has."""
+    broken = []
+    for target, anchor in relative_links(page):
+        if not os.path.exists(target):
+            broken.append(f"{os.path.relpath(target, ROOT)} (no such file)")
+        elif anchor and target.endswith(".md") and anchor not in anchors(target):
+            broken.append(f"{os.path.relpath(target, ROOT)}#{anchor} (no such heading)")
+    assert not broken, f"{os.path.relpath(page, ROOT)} links to: {', '.join(broken)}"

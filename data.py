@@ -1,11 +1,42 @@
-"""The training sets: CIFAR-10 read from its own Python format (downloaded when missing) and the synthetic set."""
+"""The training sets: CIFAR-10 read from its own Python format (downloaded when missing) and the synthetic set,
+both through the tutorial's PIL transform chain."""
 
 import os
+import sys
+import time
 
 from runinfo import UserError
 
 SYNTHETIC_SIZE = 50_000
 SYNTHETIC_SEED = 0  # the synthetic images are the same in every run, whatever --seed says
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+def build_transform():
+    """The tutorial's augmentation, run per image on the CPU (in the DataLoader workers when there are any)."""
+    from torchvision import transforms
+    return transforms.Compose([
+        transforms.RandomCrop(32, padding=4),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD),
+    ])
+
+
+def build_dataset(args, transform):
+    """The training set and a record of what it really is."""
+    if args.data == "synthetic":
+        print(f"data: SYNTHETIC CIFAR-shaped images ({SYNTHETIC_SIZE} x 32x32x3 uint8, seed "
+              f"{SYNTHETIC_SEED}), same transforms as CIFAR-10; not the real data set", file=sys.stderr)
+        dataset = SyntheticCIFAR10(transform)
+        return dataset, {"name": "synthetic", "images": len(dataset), "seed": SYNTHETIC_SEED}
+    folder = os.path.join(args.data_dir, "cifar-10-batches-py")
+    if not os.path.isdir(folder):
+        download_cifar10(args.data_dir)
+    dataset = ImageSet(*read_cifar10(folder), transform)
+    print(f"data: CIFAR-10 training set from {folder} ({len(dataset)} images)", file=sys.stderr)
+    return dataset, {"name": "cifar10", "images": len(dataset), "root": os.path.abspath(args.data_dir)}
 
 
 class ImageSet:
@@ -55,21 +86,62 @@ def read_cifar10(folder):
     return np.concatenate(data), targets
 
 
+def first_missing(path):
+    """The outermost folder of path that does not exist yet (everything under it is made later), or None."""
+    path, missing = os.path.abspath(path), None
+    while not os.path.exists(path):
+        path, missing = os.path.dirname(path), path
+    return missing
+
+
 def download_cifar10(data_dir):
-    """torchvision's download (archive checksum included); whatever it created is removed if it fails."""
+    """torchvision's download (archive checksum included); whatever it created is removed if it fails:
+    the folders it made for a missing data_dir, or the new entries of an existing one."""
     from torchvision.datasets import CIFAR10
-    existed = os.path.isdir(data_dir)
-    before = set(os.listdir(data_dir)) if existed else set()
+    made = first_missing(data_dir)
+    before = set(os.listdir(data_dir)) if made is None else set()
     try:
         CIFAR10(root=data_dir, train=True, download=True)
     except (OSError, RuntimeError, ValueError) as e:  # URLError is an OSError
         import shutil
-        for name in (set(os.listdir(data_dir)) - before if os.path.isdir(data_dir) else ()):
-            path = os.path.join(data_dir, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-        if not existed and os.path.isdir(data_dir):
-            shutil.rmtree(data_dir)
+        if made is not None:
+            if os.path.isdir(made):
+                shutil.rmtree(made)
+        else:
+            for name in set(os.listdir(data_dir)) - before:
+                path = os.path.join(data_dir, name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         raise UserError(
             f"CIFAR-10 is not in {data_dir} and could not be downloaded ({type(e).__name__}: {e}); "
             "give --data-dir a folder that holds cifar-10-batches-py, allow the download, "
             "or run with --data synthetic") from e
+
+
+class Batches:
+    """An endless iterator over the loader that restarts cleanly at each epoch end; waited_s adds up the
+    time the loop spent asking it for batches (profile mode reads it per step)."""
+
+    def __init__(self, loader):
+        if len(loader) == 0:
+            raise UserError(f"the data set holds fewer images than one batch ({len(loader.dataset)} < "
+                            f"{loader.batch_size}): lower --batch-size")
+        self.loader = loader
+        self.epoch_restarts = 0
+        self.waited_s = 0.0
+        self._it = iter(loader)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        t0 = time.perf_counter()
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.epoch_restarts += 1
+            if hasattr(self.loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle per epoch
+                self.loader.sampler.set_epoch(self.epoch_restarts)
+            self._it = iter(self.loader)
+            return next(self._it)
+        finally:
+            self.waited_s += time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""Distributed runs (DDP under torchrun): the process group, rank facts, sampler, barriers and per-rank results.
+"""Distributed runs (DDP under torchrun): the process group, the rank facts, the collectives, the sampler.
 
 train.py --ddp is started by torchrun, one process per GPU (LOCAL_RANK picks the device):
 
@@ -11,21 +11,19 @@ train.py --ddp is started by torchrun, one process per GPU (LOCAL_RANK picks the
 Every rank runs the same steps and profiles the same ProfilerStep numbers; traces go under
 traces/rank{R}/. Rank 0 alone owns the Polyaxon run: it broadcasts its outputs folder, every
 rank writes there (locally one folder; on Polyaxon each replica's sidecar uploads the same
-run's outputs), and rank 0 logs every rank's files once they exist. Without --ddp, World() is a
-world of one and every method here leaves the single-process path exactly as it was.
+run's outputs), and rank 0 logs every rank's files once they exist (runinfo.start_record and
+finish_record). The figures across ranks (the global rate, the slow rank) are ranks.py's. Without
+--ddp, World() is a world of one and every method here leaves the single-process path exactly as it was.
 """
 
 import os
-import platform
-import statistics
 import sys
 import time
 from contextlib import contextmanager
 
-from runinfo import RunRecord, UserError, write_atomic, write_json_atomic, start_tracking
+from runinfo import UserError
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-BENCH_OUTPUTS = ("world_size", "rank_samples_per_sec", "longest_window_rank", "rank_rate_spread")
 
 
 # --------------------------------------------------------------------------- settings
@@ -205,7 +203,7 @@ class World:
     def shard(self, dataset):
         return Shard(dataset, self.rank, self.world_size) if self.active else dataset
 
-    def wrap(self, torch, model):
+    def wrap(self, model):
         """DDP over the (compiled) model; its allreduce runs inside loss.backward(), i.e. inside
         train/forward_backward, and DDP broadcasts rank 0's weights when it wraps."""
         if not self.active:
@@ -230,132 +228,3 @@ class World:
     @property
     def trace_subdir(self):
         return f"rank{self.rank}" if self.active else ""
-
-    # ---- records and results
-
-    def start_record(self, settings, mode, output_dir, name, tags):
-        """Rank 0 starts the Polyaxon run (one per job) and broadcasts its outputs folder; the others
-        write there without a run of their own."""
-        record = None
-        if self.is_leader:
-            record = RunRecord(start_tracking(name=name, tags=tags + self.tags()), settings, mode, output_dir)
-        shared = self.broadcast({"out_dir": record.out_dir, "run_uuid": record["polyaxon"]["run_uuid"]}
-                                if self.is_leader else None)
-        if not self.is_leader:
-            record = RankRecord(settings, mode, shared["out_dir"], self.rank, shared["run_uuid"])
-        record["distributed"] = self.facts()
-        return record
-
-    def bench_results(self, results):
-        """The global rate: world_size x window samples / the longest window of any rank; each rank's own beside it."""
-        if not self.active:
-            return results
-        mine = {"rank": self.rank, "samples_per_sec": results["samples_per_sec"],
-                "window_seconds": results["window_seconds"], "window_samples": results["window_samples"],
-                "host": platform.node(), "device": str(self.device)}
-        ranks = self.all_gather(mine)
-        # In DDP every rank waits for the slowest at each allreduce: the windows end up nearly equal,
-        # and the longest one (often not the straggler's) sets the job's rate. The traces name the straggler.
-        slowest = max(ranks, key=lambda r: r["window_seconds"])
-        rates = [r["samples_per_sec"] for r in ranks]
-        total = sum(r["window_samples"] for r in ranks)
-        return {**results,
-                "samples_per_sec": total / slowest["window_seconds"],
-                "rank_samples_per_sec": results["samples_per_sec"],
-                "world_size": self.world_size, "global_window_samples": total,
-                "global_window_seconds": slowest["window_seconds"], "longest_window_rank": slowest["rank"],
-                "rank_rate_spread": (max(rates) - min(rates)) / statistics.median(rates),
-                "rank_window_spread_seconds": slowest["window_seconds"] - min(r["window_seconds"] for r in ranks),
-                "ranks": ranks}
-
-    def profile_evidence(self, record, results):
-        """Each rank's per-step figures, gathered on rank 0, which writes and logs the evidence across ranks."""
-        if not self.active:
-            return {}
-        import ranks
-        mine = ranks.rank_figures([c["trace"] for c in results["cycles"]], rank=self.rank)
-        every = self.all_gather(mine)
-        if not self.is_leader:
-            return {}
-        try:
-            across = ranks.across(every)
-        except ranks.RanksError as e:  # a world of one, say: the traces stand, the comparison is absent
-            results["across_ranks"] = {"error": str(e)}
-            print(f"ranks: no evidence across ranks ({e})", file=sys.stderr)
-            return {}
-        base = os.path.join(record.out_dir, "traces", "ranks")
-        record.log_file(write_json_atomic(base + ".evidence.json", across), "evidence-ranks")
-        record.log_file(write_atomic(base + ".evidence.txt", ranks.format_text(across)), "evidence-ranks-table")
-        results["across_ranks"] = headline = ranks.headline(across)
-        print(f"ranks: {headline['verdict']}", file=sys.stderr)
-        return {k: v for k, v in headline.items() if v is not None and k != "verdict"}
-
-    def succeeded(self, record, outputs):
-        """The others write their records first; rank 0 then logs every rank's files and ends the run."""
-        if not self.active:
-            return record.succeeded(outputs)
-        if not self.is_leader:
-            record.succeeded(outputs)
-        files = self.all_gather([(os.path.relpath(p, record.out_dir), n) for p, n in record.files]
-                                if not self.is_leader else [])
-        if self.is_leader:
-            for rank, theirs in enumerate(files):
-                for rel, name in theirs:
-                    record.log_file(os.path.join(record.out_dir, rel), f"rank{rank}-{name}")
-            record.succeeded(outputs)
-
-
-def describe_bench(results):
-    """The bench line's DDP part: how the global rate was made; empty in a world of one."""
-    if "ranks" not in results:
-        return ""
-    own = ", ".join(f"{r['samples_per_sec']:.1f}" for r in results["ranks"])
-    return (f"; {results['world_size']} ranks: global rate over the longest window "
-            f"({results['global_window_seconds']:.3f}s, rank {results['longest_window_rank']}); "
-            f"the ranks' own rates {own} samples/s")
-
-
-class _NoTracking:
-    """What a rank other than 0 has instead of a Polyaxon run: rank 0 logs its files."""
-
-    def log_inputs(self, **_):
-        pass
-
-    def log_outputs(self, **_):
-        pass
-
-    def log_metrics(self, **_):
-        pass
-
-    def log_failed(self, **_):
-        pass
-
-    def log_stopped(self, **_):
-        pass
-
-    def end(self):
-        pass
-
-
-class RankRecord(RunRecord):
-    """The record of a rank other than 0: ranks/rank{R}.json beside rank 0's run.json, no Polyaxon run."""
-
-    def __init__(self, settings, mode, out_dir, rank, run_uuid):
-        from datetime import datetime, timezone
-        self.tracking, self._now = _NoTracking(), lambda: datetime.now(timezone.utc).isoformat()
-        self.out_dir = out_dir
-        os.makedirs(self.out_dir, exist_ok=True)
-        self.path = os.path.join(out_dir, "ranks", f"rank{rank}.json")
-        self.logged, self.files = [], []
-        self.data = {"status": "running", "mode": mode, "settings": settings, "started_at": self._now(),
-                     "polyaxon": {"logged_by": "rank 0", "run_uuid": run_uuid}}
-
-    def log_file(self, path, name):
-        self.logged.append(path)
-        self.files.append((path, name))
-
-    def succeeded(self, outputs):
-        self.data.update(status="succeeded", finished_at=self._now(), outputs=outputs,
-                         artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged])
-        self.log_file(write_json_atomic(self.path, self.data), "run-json")
-

@@ -194,13 +194,6 @@ def environment(torch, device):
     }
 
 
-FACTS = {  # Polyaxon output name: what it holds; no metric carries these names (a metric would overwrite them)
-    "env_host": "hostname", "env_gpu": "GPU name (cpu without CUDA)", "env_driver": "NVIDIA driver version",
-    "env_torch": "torch version", "env_cuda": "CUDA version torch was built with",
-    "env_cpu_budget": "CPUs the process may use (cgroup quota or affinity)",
-}
-
-
 def comparable_facts(environment, budget):
     """The facts that decide whether two runs may be compared, as Polyaxon outputs (None left out)."""
     facts = {"env_host": environment.get("hostname"), "env_gpu": environment.get("gpu"),
@@ -272,10 +265,19 @@ def check_places(args):
     """Every place the run writes to, made (or found) writable before any heavy work; one line otherwise."""
     places = [(args.output_dir, "--output-dir")] if args.output_dir else []
     if args.data == "cifar10":
-        places.append((args.data_dir, "--data-dir"))
+        # Checked, not made: the download makes the folder, and removes it again if it fails.
+        places.append((existing_part(args.data_dir), "--data-dir"))
     if not is_managed():
         places.append((os.environ.get("POLYAXON_OFFLINE_ROOT") or DEFAULT_OFFLINE_ROOT, "POLYAXON_OFFLINE_ROOT"))
     writable_dirs(places)
+
+
+def existing_part(path):
+    """path itself when it exists, else its nearest parent that does (where path would be made)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
 
 
 def check_workers(args, budget):
@@ -328,20 +330,28 @@ def start_tracking(name, tags):
 
 
 class RunRecord:
-    """run.json and the Polyaxon run of one job: files are written, then logged; the end state is set once."""
+    """run.json and the Polyaxon run of one job: files are written, then logged; the end state is set once.
 
-    def __init__(self, tracking, settings, mode, output_dir=None):
-        from datetime import datetime, timezone
-        self.tracking, self._now = tracking, lambda: datetime.now(timezone.utc).isoformat()
+    tracking: polyaxon.tracking, or a stand-in that logs nothing (RankRecord); name: the record's file
+    under out_dir; polyaxon: what the record says of its Polyaxon run (default: tracking's own run).
+    """
+
+    def __init__(self, tracking, settings, mode, output_dir=None, name="run.json", polyaxon=None):
+        self.tracking = tracking
         self.out_dir = os.path.abspath(output_dir or tracking.get_outputs_path())
         os.makedirs(self.out_dir, exist_ok=True)
-        self.path = os.path.join(self.out_dir, "run.json")
+        self.path = os.path.join(self.out_dir, name)
         self.logged = []
-        self.data = {
-            "status": "running", "mode": mode, "settings": settings, "started_at": self._now(),
-            "polyaxon": {"managed": is_managed(), "run_uuid": tracking.TRACKING_RUN.run_uuid,
-                         "offline_root": None if is_managed() else os.environ.get("POLYAXON_OFFLINE_ROOT")},
-        }
+        if polyaxon is None:
+            polyaxon = {"managed": is_managed(), "run_uuid": tracking.TRACKING_RUN.run_uuid,
+                        "offline_root": None if is_managed() else os.environ.get("POLYAXON_OFFLINE_ROOT")}
+        self.data = {"status": "running", "mode": mode, "settings": settings, "started_at": self._now(),
+                     "polyaxon": polyaxon}
+
+    @staticmethod
+    def _now():
+        from datetime import datetime, timezone
+        return datetime.now(timezone.utc).isoformat()
 
     def __setitem__(self, key, value):
         self.data[key] = value
@@ -355,6 +365,11 @@ class RunRecord:
     def log_file(self, path, name):
         self.tracking.log_file_ref(path=path, name=name)
         self.logged.append(path)
+
+    def log_image(self, path, name):
+        """A picture the run's dashboard shows (Polyaxon copies it under the run's assets/image/), and a file."""
+        self.tracking.log_image(data=path, name=name)
+        self.log_file(path, name)
 
     def log_outputs(self, **outputs):
         """Outputs logged while the run goes on (the comparable facts): a failed run keeps them too."""
@@ -403,3 +418,90 @@ class RunRecord:
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
         self.tracking.log_failed(reason=type(error).__name__, message=str(error)[:2000])
         self.tracking.end()
+
+
+class _NoTracking:
+    """What a rank other than 0 has instead of a Polyaxon run: rank 0 logs its files."""
+
+    def log_inputs(self, **_):
+        pass
+
+    def log_outputs(self, **_):
+        pass
+
+    def log_metrics(self, **_):
+        pass
+
+    def log_failed(self, **_):
+        pass
+
+    def log_stopped(self, **_):
+        pass
+
+    def end(self):
+        pass
+
+
+class RankRecord(RunRecord):
+    """The record of a rank other than 0: ranks/rank{R}.json beside rank 0's run.json, no Polyaxon run."""
+
+    def __init__(self, settings, mode, out_dir, rank, run_uuid):
+        super().__init__(_NoTracking(), settings, mode, out_dir, os.path.join("ranks", f"rank{rank}.json"),
+                         {"logged_by": "rank 0", "run_uuid": run_uuid})
+        self.files = []
+
+    def log_file(self, path, name):
+        self.logged.append(path)
+        self.files.append((path, name))
+
+    def log_image(self, path, name):
+        self.log_file(path, name)  # rank 0 logs it with the rank's other files
+
+    def succeeded(self, outputs):
+        self.data.update(status="succeeded", finished_at=self._now(), outputs=outputs,
+                         artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged])
+        self.log_file(write_json_atomic(self.path, self.data), "run-json")
+
+
+def start_record(world, settings, mode, output_dir, name, tags):
+    """One Polyaxon run per job, rank 0's: it starts the run and broadcasts its outputs folder; the other
+    ranks write there without a run of their own. world: a distributed.World (a world of one without --ddp)."""
+    record = None
+    if world.is_leader:
+        record = RunRecord(start_tracking(name=name, tags=tags + world.tags()), settings, mode, output_dir)
+    shared = world.broadcast({"out_dir": record.out_dir, "run_uuid": record["polyaxon"]["run_uuid"]}
+                             if world.is_leader else None)
+    if not world.is_leader:
+        record = RankRecord(settings, mode, shared["out_dir"], world.rank, shared["run_uuid"])
+    record["distributed"] = world.facts()
+    return record
+
+
+def finish_record(world, record, outputs):
+    """The run succeeded: the other ranks write their records first; rank 0 then logs every rank's files
+    and ends the run."""
+    if not world.active:
+        return record.succeeded(outputs)
+    if not world.is_leader:
+        record.succeeded(outputs)
+    files = world.all_gather([(os.path.relpath(p, record.out_dir), n) for p, n in record.files]
+                             if not world.is_leader else [])
+    if world.is_leader:
+        for rank, theirs in enumerate(files):
+            for rel, name in theirs:
+                record.log_file(os.path.join(record.out_dir, rel), f"rank{rank}-{name}")
+        record.succeeded(outputs)
+
+
+def describe_run(record, torch, world, device, budget, workers_note):
+    """What the numbers depend on, in run.json and as Polyaxon inputs and outputs, before any step runs."""
+    record["cpu_budget"] = budget
+    record["workers_note"] = workers_note
+    record["torch_threads"] = set_threads(torch, budget)
+    record["environment"] = environment(torch, device)
+    record["device"] = str(device)
+    record.log_outputs(**comparable_facts(record["environment"], budget))
+    if world.is_leader:  # one inventory per job: every replica runs the same image
+        record.log_file(write_atomic(os.path.join(record.out_dir, "packages.txt"), package_inventory()),
+                        "packages")
+    record.tracking.log_inputs(**{k: v for k, v in record["settings"].items() if v is not None})

@@ -31,136 +31,28 @@ mode=bench: the same warm-up, then a synchronized window of --bench-steps
 batches without the profiler: samples_per_sec.
 """
 
-import argparse
-import math
-import os
 import random
 import sys
 import time
 import traceback
 
-import runinfo
-from runinfo import UserError, write_atomic
+import distributed
 import flops
 import profiling
-import distributed
+import ranks
+import runinfo
+from data import CIFAR10_MEAN, CIFAR10_STD, Batches, build_dataset, build_transform
+from runinfo import UserError
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
+from settings import parse_settings
 from speedups import options
 from stopping import Stopper, StopRequested
-from data import SYNTHETIC_SEED, SYNTHETIC_SIZE, ImageSet, SyntheticCIFAR10, download_cifar10, read_cifar10
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR10_STD = (0.2470, 0.2435, 0.2616)
-
-
-# --------------------------------------------------------------------------- settings
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        # One line, exit 2, before any heavy import: argparse's usage block hides the message.
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def number(kind, ok, need):
-    """An argparse type: kind(text) that must satisfy ok(value); need names the rule in errors."""
-    def convert(text):
-        value = kind(text)
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"must be {need}, got {text}")
-        return value
-    convert.__name__ = f"{'integer' if kind is int else 'number'} {need}"  # argparse names a failed type by it
-    return convert
-
-
-non_negative_int = number(int, lambda v: v >= 0, ">= 0")
-positive_int = number(int, lambda v: v >= 1, ">= 1")
-positive_float = number(float, lambda v: v > 0 and math.isfinite(v), "> 0")
-non_negative_float = number(float, lambda v: v >= 0 and math.isfinite(v), ">= 0")
-
-
-def build_parser():
-    p = OneLineParser(prog="train.py", description=__doc__.split("\n")[0])
-    p.add_argument("--mode", required=True, choices=["profile", "bench"],
-                   help="profile: scheduled profiler capture; bench: synchronized throughput window (required)")
-    p.add_argument("--workers", type=non_negative_int, default=0,
-                   help="DataLoader num_workers; 0 loads in the main process (default: 0)")
-    p.add_argument("--batch-size", type=positive_int, default=128, help="images per step (default: 128)")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=20,
-                   help="plain training steps before the profiler or the timed window (default: 20)")
-    p.add_argument("--bench-steps", type=positive_int, default=100,
-                   help="batches in the timed window of mode=bench (default: 100)")
-    p.add_argument("--data", choices=["cifar10", "synthetic"], default="cifar10",
-                   help="cifar10: the real training set, downloaded into --data-dir when missing; "
-                        "synthetic: 50,000 CIFAR-shaped uint8 images (fixed seed) through the same "
-                        "transforms, for machines without network (default: cifar10)")
-    p.add_argument("--data-dir", default=os.path.join(HERE, "data"),
-                   help="where CIFAR-10 is (or is downloaded to) (default: ./data)")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
-                   help="auto: CUDA when available, else CPU, said loudly; cuda: fail without it (default: auto)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="model, shuffle and augmentation seed (default: 0)")
-    p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default: 0.1)")
-    p.add_argument("--momentum", type=non_negative_float, default=0.9, help="SGD momentum (default: 0.9)")
-    p.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="SGD weight decay (default: 5e-4)")
-    p.add_argument("--profile-detail", choices=sorted(profiling.DETAIL), default="full",
-                   help="mode=profile: full records shapes, memory and Python stacks (the tutorial's capture); "
-                        "lean records none of them, so the profiled main process runs closer to its "
-                        "unprofiled pace (default: full)")
-    p.add_argument("--trace-format", choices=["json.gz", "json"], default="json.gz",
-                   help="Chrome trace files: gzipped (about ten times smaller; Perfetto opens both) "
-                        "or plain (default: json.gz)")
-    p.add_argument("--output-dir", default=None,
-                   help="where artifacts are written (default: the Polyaxon run's outputs folder)")
-    p.add_argument("--force-workers", action="store_true",
-                   help="allow --workers above 4x the CPU budget (default: refused)")
-    p.add_argument("--repeat", type=non_negative_int, default=None,
-                   help="index of this job in an alternating series; only recorded and tagged (default: none)")
-    options.add_arguments(p, positive_int)
-    distributed.add_arguments(p, non_negative_int, non_negative_float)
-    return p
-
-
-def parse_settings(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.momentum >= 1:
-        parser.error(f"argument --momentum: must be < 1, got {args.momentum}")
-    if args.data == "synthetic" and args.batch_size > SYNTHETIC_SIZE:
-        parser.error(f"argument --batch-size: {args.batch_size} is more than the synthetic set's "
-                     f"{SYNTHETIC_SIZE} images (one step would need more than the whole set)")
-    options.check(args, parser.error)
-    distributed.check(args, parser.error)
-    return args
 
 
 # --------------------------------------------------------------------------- data and loader
 
-def build_transform():
-    from torchvision import transforms
-    return transforms.Compose([
-        transforms.RandomCrop(32, padding=4),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD),
-    ])
-
-
-def build_dataset(args, transform):
-    """The training set and a record of what it really is."""
-    if args.data == "synthetic":
-        print(f"data: SYNTHETIC CIFAR-shaped images ({SYNTHETIC_SIZE} x 32x32x3 uint8, seed "
-              f"{SYNTHETIC_SEED}), same transforms as CIFAR-10; not the real data set", file=sys.stderr)
-        dataset = SyntheticCIFAR10(transform)
-        return dataset, {"name": "synthetic", "images": len(dataset), "seed": SYNTHETIC_SEED}
-    folder = os.path.join(args.data_dir, "cifar-10-batches-py")
-    if not os.path.isdir(folder):
-        download_cifar10(args.data_dir)
-    dataset = ImageSet(*read_cifar10(folder), transform)
-    print(f"data: CIFAR-10 training set from {folder} ({len(dataset)} images)", file=sys.stderr)
-    return dataset, {"name": "cifar10", "images": len(dataset), "root": os.path.abspath(args.data_dir)}
-
-
 def build_loader(torch, dataset, args, device, world):
+    """The tutorial's DataLoader: --workers processes run the PIL transforms; pinned memory on CUDA."""
     generator = torch.Generator()
     generator.manual_seed(args.seed + world.rank)  # DataLoader workers' augmentation seeds differ per rank
     sampler = world.sampler(torch, dataset, args.seed)  # DDP: each rank its slice of the epoch's shuffle
@@ -174,36 +66,6 @@ def build_loader(torch, dataset, args, device, world):
         pin_memory=device.type == "cuda", drop_last=True, generator=generator, **knobs)
 
 
-class Batches:
-    """An endless iterator over the loader that restarts cleanly at each epoch end; waited_s adds up the
-    time the loop spent asking it for batches (profile mode reads it per step)."""
-
-    def __init__(self, loader):
-        if len(loader) == 0:
-            raise UserError(f"the data set holds fewer images than one batch ({len(loader.dataset)} < "
-                            f"{loader.batch_size}): lower --batch-size")
-        self.loader = loader
-        self.epoch_restarts = 0
-        self.waited_s = 0.0
-        self._it = iter(loader)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        t0 = time.perf_counter()
-        try:
-            return next(self._it)
-        except StopIteration:
-            self.epoch_restarts += 1
-            if hasattr(self.loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle per epoch
-                self.loader.sampler.set_epoch(self.epoch_restarts)
-            self._it = iter(self.loader)
-            return next(self._it)
-        finally:
-            self.waited_s += time.perf_counter() - t0
-
-
 def build_batches(torch, args, device, world):
     """The batches the step draws, and what run.json says about them: a DataLoader, or (--gpu-input) the device."""
     transform = build_transform()
@@ -214,11 +76,7 @@ def build_batches(torch, args, device, world):
         from speedups.gpu_input import DeviceBatches
         batches = DeviceBatches(torch, world.shard(dataset), args.batch_size, device, args.seed + world.rank,
                                 CIFAR10_MEAN, CIFAR10_STD)
-        facts["input_transform"] = (f"on the device, batched (speedups.gpu_input.augment): RandomCrop(32, padding=4, "
-                                    f"fill=0), RandomHorizontalFlip(p=0.5), /255, Normalize({CIFAR10_MEAN}, {CIFAR10_STD})")
-        facts["loader"] = {"kind": "device", "note": "batches assembled and augmented on the device, no DataLoader",
-                           "batches_per_epoch": len(batches.data) // args.batch_size}  # DDP: this rank's shard
-        return batches, facts
+        return batches, {**facts, **batches.facts(CIFAR10_MEAN, CIFAR10_STD)}
     loader = build_loader(torch, dataset, args, device, world)
     facts["loader"] = {"kind": "DataLoader", "num_workers": args.workers, "pin_memory": loader.pin_memory,
                        "shuffle": True, "drop_last": True, "batches_per_epoch": len(loader),
@@ -229,7 +87,7 @@ def build_batches(torch, args, device, world):
     return Batches(loader), facts
 
 
-# --------------------------------------------------------------------------- model and step
+# --------------------------------------------------------------------------- model
 
 def build_model(torch):
     import torchvision
@@ -240,8 +98,18 @@ def build_model(torch):
     return model
 
 
+# --------------------------------------------------------------------------- the step
+
 def make_step(batches, model, criterion, optimizer, to_device, autocast):
-    """The tutorial's step. to_device and autocast are the only parts the candidate fixes change."""
+    """The tutorial's step: the four scopes, each around its part.
+
+    The options never add a branch here; build_step hands in parts they change: batches (--gpu-input:
+    DeviceBatches on the device, no DataLoader; --slow-rank: a sleep inside next_batch), to_device
+    (--prefetch-stream: a swap with the side stream's copy; --channels-last: NHWC inputs), the model
+    (--channels-last, --compile, --cudnn-benchmark's algorithm choice; --ddp: DDP's wrapper, its allreduce
+    inside loss.backward()), autocast (--amp bf16) and the optimizer (--fused-sgd). --cuda-graph wraps
+    the whole step (speedups.cuda_graph.CapturedStep): its replays run inside the same four scopes.
+    """
     from torch.profiler import record_function
 
     def step():
@@ -266,6 +134,45 @@ def synchronize(torch, device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
+
+def resolve_device(torch, requested):
+    if requested == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if requested == "cuda":
+        raise UserError("--device cuda was asked for but torch sees no CUDA device "
+                        f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu or auto")
+    print("device: NO CUDA DEVICE, running on the CPU: these are CPU numbers, not GPU numbers", file=sys.stderr)
+    return torch.device("cpu")
+
+
+def build_step(torch, batches, device, args, world):
+    """Model, loss and optimizer, and the step the mode runs: the tutorial's, or its captured replay."""
+    memory_format, autocast = options.precision(torch, device, args)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
+    model = build_model(torch).to(device, memory_format=memory_format)
+    if args.compile != "off":
+        model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
+    # DDP wraps the compiled module (torch's advice: compile the inner module, not the wrapper).
+    model = world.wrap(model)
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
+    prefetcher = None
+    if args.prefetch_stream:
+        from speedups.prefetch import PrefetchToDevice
+        prefetcher = PrefetchToDevice(torch, device, next(batches))
+    step = make_step(world.slowed(batches, args), model, criterion, optimizer,
+                     options.to_device_fn(torch, device, args, prefetcher), autocast)
+    if not args.cuda_graph:
+        return step
+    from speedups.cuda_graph import CapturedStep
+    return CapturedStep(torch, device, step, batches, model, criterion, optimizer, memory_format, autocast,
+                        args.channels_last)
+
+
+# --------------------------------------------------------------------------- warm-up
 
 def warm_up(torch, step, device, args, stop):
     """Warm-up steps: worker start, cuDNN selection, compilation and capture stay out of what is measured.
@@ -295,7 +202,7 @@ def warm_up(torch, step, device, args, stop):
     return time.perf_counter() - t0, [round(v, 5) for v in laps.seconds()]
 
 
-# --------------------------------------------------------------------------- the two modes
+# --------------------------------------------------------------------------- mode=profile
 
 def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_clock=None):
     """The profiler's cost first (unprofiled steps, timed), then ten steps under the tutorial's schedule:
@@ -308,12 +215,13 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
         print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks", file=sys.stderr)
     save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir,  # traces/rank{R}/ in DDP
                                        skip=lambda: stop.requested)
-    with stop.steps("profile"):
+    with stop.steps("unprofiled timing"):  # a stop here records the unprofiled steps completed
         print(f"profile: timing {PROFILE_STEPS} unprofiled steps (the profiler's cost is measured against them)",
               file=sys.stderr)
         unprofiled, last_step_end = profiling.time_unprofiled(step, PROFILE_STEPS, lambda: synchronize(torch, device),
-                                                              stop.boundary, profiling.Laps(torch, cuda))
-        pauses = profiling.Pauses(since=last_step_end, input_clock=input_clock)  # input_clock: Batches.waited_s
+                                                              stop.step_done, profiling.Laps(torch, cuda))
+    pauses = profiling.Pauses(since=last_step_end, input_clock=input_clock)  # input_clock: Batches.waited_s
+    with stop.steps("profile"):
         with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
                      **profiling.DETAIL[args.profile_detail]) as profiler:
             for _ in range(PROFILE_STEPS):
@@ -323,29 +231,21 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
                 profiler.step()  # writes a cycle's trace at its end
                 stop.step_done()
     # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
-    workers = loader.get("num_workers") or 0
-    depth = workers * (loader.get("prefetch_factor") or 0)
+    timing = {"unprofiled": unprofiled, "pauses_s": pauses.seconds, "steps_s": pauses.step_seconds,
+              "inputs_s": pauses.input_seconds}
+    workers, factor = loader.get("num_workers") or 0, loader.get("prefetch_factor")
     evidence = profiling.write_evidence(save_trace.cycles, {
-        "detail": args.profile_detail, "unprofiled": unprofiled, "pauses_s": pauses.seconds, "steps_s": pauses.step_seconds,
-        "inputs_s": pauses.input_seconds,
-        "queue_depth": depth, "queue": f"{workers} workers x prefetch_factor {loader.get('prefetch_factor')}"
-        if workers else "no worker processes", "workers": workers, "device_input": loader["kind"] == "device"})
-    return {
-        "evidence": evidence,
-        "unprofiled": unprofiled,
-        "pauses_s": pauses.seconds,
-        "steps_s": pauses.step_seconds,
-        "inputs_s": pauses.input_seconds,
-        "activities": [a.name for a in activities],
-        "gpu_tracks": cuda,
-        "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
-        "schedule": SCHEDULE,
-        "profile_detail": args.profile_detail,
-        "options": profiling.DETAIL[args.profile_detail],
-        "cycles": save_trace.cycles,
-        "profiling_caveat": profiling.summarize.CAVEAT,
-    }
+        **timing, "detail": args.profile_detail, "queue_depth": workers * (factor or 0), "workers": workers,
+        "queue": f"{workers} workers x prefetch_factor {factor}" if workers else "no worker processes",
+        "device_input": loader["kind"] == "device"})
+    return {"evidence": evidence, **timing, "activities": [a.name for a in activities], "gpu_tracks": cuda,
+            "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
+            "schedule": SCHEDULE, "profile_detail": args.profile_detail,
+            "options": profiling.DETAIL[args.profile_detail], "cycles": save_trace.cycles,
+            "profiling_caveat": profiling.summarize.CAVEAT}
 
+
+# --------------------------------------------------------------------------- mode=bench
 
 def window_note(crossed, loader):
     """What an epoch boundary inside the timed window did to the rate (None when the window crossed none)."""
@@ -373,31 +273,18 @@ def run_bench(torch, step, device, batches, args, stop, world):
             stop.step_done()  # a flag test: no sync
         synchronize(torch, device)
     seconds = time.perf_counter() - t0
-    results = {
-        "samples_per_sec": args.bench_steps * args.batch_size / seconds,
-        "window_seconds": seconds,
-        "window_steps": args.bench_steps,
-        "window_samples": args.bench_steps * args.batch_size,
-        "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
-        "loss_after_window": float(loss.item()),
-    }
+    samples = args.bench_steps * args.batch_size
+    results = {"samples_per_sec": samples / seconds, "window_seconds": seconds, "window_steps": args.bench_steps,
+               "window_samples": samples, "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
+               "loss_after_window": float(loss.item())}
     results["window_note"] = window_note(results["epoch_restarts_in_window"], getattr(batches, "loader", None))
     if results["window_note"]:
         print(f"bench: warning: {results['window_note']}", file=sys.stderr)
-    if args.cuda_graph:
-        # After the window, never in it: these replays train on, but are timed by events alone.
-        # gpu_bound_share: the window's rate over the rate the step's own GPU time allows. Near 1 the step
-        # is GPU-bound; it says nothing of how close the GPU runs to its arithmetic peak (that is MFU).
-        gpu = step.gpu_time_per_step()
-        if gpu["gpu_ms_per_step"] is not None:
-            gpu["gpu_time_samples_per_sec"] = args.batch_size / (gpu["gpu_ms_per_step"] / 1000)
-            gpu["gpu_bound_share"] = results["samples_per_sec"] / gpu["gpu_time_samples_per_sec"]
-        results["gpu_time"] = gpu
+    if args.cuda_graph:  # after the window, never in it: these replays train on, timed by events alone
+        results["gpu_time"] = gpu = step.gpu_bound(results["samples_per_sec"], args.batch_size)
         results.update({k: gpu.get(k) for k in ("gpu_ms_per_step", "gpu_time_samples_per_sec", "gpu_bound_share")})
-    return world.bench_results(results)
+    return ranks.bench_results(world, results)
 
-
-# --------------------------------------------------------------------------- main
 
 BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "epoch_restarts_in_window",
                  "gpu_ms_per_step", "gpu_time_samples_per_sec",
@@ -414,57 +301,32 @@ def log_bench(record, results, args):
         bound = f"; GPU-bound share n/a: {results['gpu_time']['note']}"
     print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
           f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
-          f"workers {args.workers}){bound}{distributed.describe_bench(results)}")
+          f"workers {args.workers}){bound}{ranks.describe_bench(results)}")
     c = results["ceiling"]
     mfu = (f"MFU {c['mfu']:.1%} of the {c['peak_precision']} dense peak, {c['peak_tflops']:g} TFLOP/s"
            if c["mfu"] is not None else f"MFU n/a: {c['note']}")
     tflops = "n/a" if c["model_tflops_per_sec"] is None else f"{c['model_tflops_per_sec']:.2f}"
     print(f"bench: {results['flops_per_sample'] / 1e9:.3f} GFLOP per training sample (model FLOPs) -> "
           f"{tflops} TFLOP/s per GPU; {mfu}")
-    return {k: results[k] for k in (*BENCH_OUTPUTS, *distributed.BENCH_OUTPUTS) if results.get(k) is not None}
+    return {k: results[k] for k in (*BENCH_OUTPUTS, *ranks.BENCH_OUTPUTS) if results.get(k) is not None}
 
 
-def resolve_device(torch, requested):
-    if requested == "cpu":
-        return torch.device("cpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if requested == "cuda":
-        raise UserError("--device cuda was asked for but torch sees no CUDA device "
-                        f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu or auto")
-    print("device: NO CUDA DEVICE, running on the CPU: these are CPU numbers, not GPU numbers", file=sys.stderr)
-    return torch.device("cpu")
+# --------------------------------------------------------------------------- main
 
-
-def build_step(torch, batches, device, args, world):
-    """Model, loss and optimizer, and the step the mode runs: the tutorial's, or its captured replay."""
-    memory_format, autocast = options.precision(torch, device, args)
-    torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
-    model = build_model(torch).to(device, memory_format=memory_format)
-    if args.compile != "off":
-        model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
-    # DDP wraps the compiled module (torch's advice: compile the inner module, not the wrapper).
-    model = world.wrap(torch, model)
-    criterion = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
-    prefetcher = None
-    if args.prefetch_stream:
-        from speedups.prefetch import PrefetchToDevice
-        prefetcher = PrefetchToDevice(torch, device, next(batches))
-    step = make_step(world.slowed(batches, args), model, criterion, optimizer,
-                     options.to_device_fn(torch, device, args, prefetcher), autocast)
-    if not args.cuda_graph:
-        return step
-    from speedups.cuda_graph import CapturedStep
-    return CapturedStep(torch, device, step, batches, model, criterion, optimizer, memory_format, autocast,
-                        args.channels_last)
+def stopped(record, stop):
+    """A stop request, recorded where a run exists; the shell's exit code for the signal."""
+    if record is None:
+        print(f"train.py: {stop}; no run was started", file=sys.stderr)
+    else:
+        record.stopped(stop)
+        print(f"train.py: {stop}; run.json says stopped: {record.path}", file=sys.stderr)
+    return stop.exit_code
 
 
 def main(argv=None):
-    args = parse_settings(argv)
-    settings = dict(vars(args))
+    args = parse_settings(argv)  # exits 2 in one line on a bad flag, before torch is imported
     stop = Stopper()
+    world = record = None
     try:
         budget = runinfo.cpu_budget()
         workers_note = runinfo.check_workers(args, budget)
@@ -474,30 +336,12 @@ def main(argv=None):
         device = resolve_device(torch, args.device)
         options.check_device(torch, args, device)
         world = distributed.World.start(torch, args, device)  # --ddp: torchrun's process group; else a world of one
-    except UserError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
-        return 2
-    except StopRequested as e:  # before any run exists: nothing to record
-        print(f"train.py: {e}; no run was started", file=sys.stderr)
-        return e.exit_code
-    device = world.device
-
-    tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
-    record = None
-    try:
-        # One Polyaxon run per job, rank 0's; the other ranks write into its outputs folder.
-        record = world.start_record(settings, args.mode, args.output_dir, f"{args.mode}-workers{args.workers}", tags)
+        device = world.device
+        tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
+        record = runinfo.start_record(world, dict(vars(args)), args.mode, args.output_dir,
+                                      f"{args.mode}-workers{args.workers}", tags)
         print(f"outputs: {record.out_dir}", file=sys.stderr)
-        record["cpu_budget"] = budget
-        record["workers_note"] = workers_note
-        record["torch_threads"] = runinfo.set_threads(torch, budget)
-        record["environment"] = runinfo.environment(torch, device)
-        record["device"] = str(device)
-        record.log_outputs(**runinfo.comparable_facts(record["environment"], budget))
-        if world.is_leader:  # one inventory per job: every replica runs the same image
-            record.log_file(write_atomic(os.path.join(record.out_dir, "packages.txt"), runinfo.package_inventory()),
-                            "packages")
-        record.tracking.log_inputs(**{k: v for k, v in settings.items() if v is not None})
+        runinfo.describe_run(record, torch, world, device, budget, workers_note)
 
         random.seed(args.seed)
         np.random.seed(args.seed)
@@ -519,33 +363,26 @@ def main(argv=None):
             record["results"] = results = run_profile(torch, step, device, record.out_dir, args, facts["loader"],
                                                       stop, world, clock)
             outputs = profiling.log_cycles(record, results)
-            outputs.update(world.profile_evidence(record, results))  # DDP: the slow rank and its stage
+            outputs.update(ranks.profile_evidence(world, record, results))  # DDP: the slow rank and its stage
         else:
             record["results"] = results = run_bench(torch, step, device, batches, args, stop, world)
             flops.add_ceiling(torch, device, results, record["flops"]["flops_per_sample"], record["environment"]["gpu"],
                               args.amp, world.world_size)
             outputs = log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
-        world.succeeded(record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
+        runinfo.finish_record(world, record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
     except StopRequested as e:
-        if record is None:
-            print(f"train.py: {e}; stopped before run.json existed", file=sys.stderr)
-            return e.exit_code
-        record.stopped(e)
-        print(f"train.py: {e}; run.json says stopped: {record.path}", file=sys.stderr)
-        return e.exit_code
+        return stopped(record, e)
     except (Exception, KeyboardInterrupt) as e:
-        if record is None and isinstance(e, UserError):
-            print(f"train.py: error: {e}", file=sys.stderr)
-            return 2
-        if record is None:
+        if record is not None:
+            record.failed(e, None if isinstance(e, UserError) else traceback.format_exc())
+        if not isinstance(e, UserError):
             raise
-        record.failed(e, None if isinstance(e, UserError) else traceback.format_exc())
-        if isinstance(e, UserError):
-            print(f"train.py: error: {e}", file=sys.stderr)
-            return 1
-        raise
-    world.close()
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 2 if record is None else 1
+    finally:
+        if world is not None:  # the process group ends on every way out, a failure or a stop included
+            world.close()
     print(f"run.json: {record.path}", file=sys.stderr)
     return 0
 

@@ -90,6 +90,16 @@ class CapturedStep:
         for graph in self.graphs.values():
             graph.replay()
 
+    def gpu_bound(self, samples_per_sec, batch_size):
+        """The graphs' GPU time per step (gpu_time_per_step) and the GPU-bound share: the window's rate
+        (samples_per_sec) over the rate the step's own GPU time allows. Near 1 the step is GPU-bound; it
+        says nothing of how close the GPU runs to its arithmetic peak (that is MFU)."""
+        gpu = self.gpu_time_per_step()
+        if gpu["gpu_ms_per_step"] is not None:
+            gpu["gpu_time_samples_per_sec"] = batch_size / (gpu["gpu_ms_per_step"] / 1000)
+            gpu["gpu_bound_share"] = samples_per_sec / gpu["gpu_time_samples_per_sec"]
+        return gpu
+
     def gpu_time_per_step(self, steps=50, head_start_cycles=200_000_000):
         """The graphs' own GPU time per step, with the host out of the way.
 

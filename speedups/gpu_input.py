@@ -30,6 +30,13 @@ class DeviceBatches:
         self.epoch_restarts = -1
         self._new_epoch()
 
+    def facts(self, mean, std):
+        """What run.json says of the input: the transform and the batches, no DataLoader."""
+        return {"input_transform": f"on the device, batched (speedups.gpu_input.augment): RandomCrop(32, padding=4, "
+                                   f"fill=0), RandomHorizontalFlip(p=0.5), /255, Normalize({mean}, {std})",
+                "loader": {"kind": "device", "note": "batches assembled and augmented on the device, no DataLoader",
+                           "batches_per_epoch": len(self.data) // self.batch_size}}  # DDP: this rank's shard
+
     def _new_epoch(self):
         # In place: a captured graph holds the address of self.order.
         self.order.copy_(self.torch.randperm(len(self.data), device=self.device, generator=self.generator))

@@ -13,8 +13,7 @@ import distributed
 import ranks
 import summarize
 import data
-import train
-from conftest import ROOT, load_offline_run, run_train
+from conftest import ROOT, load_offline_run, polyaxon_env, run_train
 
 
 def read_json(path):
@@ -137,15 +136,15 @@ def test_bad_distributed_flags_are_refused_in_one_line(tmp_path, argv, env, mess
 
 
 def test_the_sampler_gives_each_rank_its_slice_and_a_new_shuffle_each_epoch():
-    """DistributedSampler through train.Batches: the ranks' batches of one epoch are disjoint, and
+    """DistributedSampler through data.Batches: the ranks' batches of one epoch are disjoint, and
     set_epoch at the turnover reshuffles (same seed on both ranks)."""
-    data = torch.utils.data.TensorDataset(torch.arange(16))
+    numbers = torch.utils.data.TensorDataset(torch.arange(16))
     epochs = {}
     for rank in (0, 1):
         world = distributed.World(rank=rank, world_size=2, backend="gloo", device=torch.device("cpu"))
-        loader = torch.utils.data.DataLoader(data, batch_size=2, sampler=world.sampler(torch, data, seed=0),
+        loader = torch.utils.data.DataLoader(numbers, batch_size=2, sampler=world.sampler(torch, numbers, seed=0),
                                              drop_last=True)
-        batches = train.Batches(loader)
+        batches = data.Batches(loader)
         seen = [next(batches)[0].tolist() for _ in range(8)]  # 4 batches per epoch, two epochs
         epochs[rank] = (sum(seen[:4], []), sum(seen[4:], []))
         assert batches.epoch_restarts == 1 and loader.sampler.epoch == 1
@@ -165,6 +164,28 @@ def test_a_world_of_one_leaves_the_single_process_path_alone():
     world = distributed.World(device=torch.device("cpu"))
     model = torch.nn.Linear(2, 2)
     assert not world.active and world.is_leader and world.sampler(torch, [1], 0) is None
-    assert world.wrap(torch, model) is model and world.trace_subdir == ""
+    assert world.wrap(model) is model and world.trace_subdir == ""
     results = {"samples_per_sec": 1.0}
-    assert world.bench_results(results) is results and world.all_gather(5) == [5] and world.broadcast(7) == 7
+    assert ranks.bench_results(world, results) is results and world.all_gather(5) == [5] and world.broadcast(7) == 7
+
+
+def test_a_failed_run_still_closes_its_process_group(tmp_path):
+    """A DDP run that fails after joining the process group (here: a CIFAR-10 download that fails) leaves it
+    again: main() returns with no process group initialized, as after a success."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import sys, urllib.error, torch.distributed as dist, torchvision.datasets, train\n"
+        "def fail(self):\n    raise urllib.error.URLError('fake: no network')\n"
+        "torchvision.datasets.CIFAR10.download = fail\n"
+        f"code = train.main(['--ddp', '--mode', 'bench', '--device', 'cpu', '--data', 'cifar10', "
+        f"'--data-dir', {str(tmp_path / 'data')!r}, '--batch-size', '4', '--warmup-steps', '1'])\n"
+        "print('exit', code, 'still joined', dist.is_initialized())\n")
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=polyaxon_env(tmp_path / "offline", **env),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split()[-4:] == ["1", "still", "joined", "False"], proc.stdout + proc.stderr
+    assert "--data synthetic" in proc.stderr

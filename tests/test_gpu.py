@@ -74,8 +74,8 @@ def test_captured_batch_assembly_draws_what_eager_draws():
     eager path draws from the same seed, and epochs turn over on the host between replays."""
     cuda = torch.device("cuda")
     ds = data.SyntheticCIFAR10(transform=None, size=1000)  # 15 batches of 64 per epoch
-    eager = DeviceBatches(torch, ds, 64, cuda, 3, train.CIFAR10_MEAN, train.CIFAR10_STD)
-    graphed = DeviceBatches(torch, ds, 64, cuda, 3, train.CIFAR10_MEAN, train.CIFAR10_STD)
+    eager = DeviceBatches(torch, ds, 64, cuda, 3, data.CIFAR10_MEAN, data.CIFAR10_STD)
+    graphed = DeviceBatches(torch, ds, 64, cuda, 3, data.CIFAR10_MEAN, data.CIFAR10_STD)
     expected = [tuple(t.clone() for t in next(eager)) for _ in range(20)]
     graphed.sync_cursor()
     graph = torch.cuda.CUDAGraph()
@@ -244,7 +244,7 @@ def training(dataset, batch, seed=0, lr=0.01):
     model = train.build_model(torch).to(cuda)
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
-    batches = DeviceBatches(torch, dataset, batch, cuda, seed, train.CIFAR10_MEAN, train.CIFAR10_STD)
+    batches = DeviceBatches(torch, dataset, batch, cuda, seed, data.CIFAR10_MEAN, data.CIFAR10_STD)
     eager = train.make_step(batches, model, criterion, optimizer, lambda i, t: (i, t), nullcontext)
     return model, batches, criterion, optimizer, eager
 

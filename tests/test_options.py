@@ -7,7 +7,6 @@ import torch
 from torchvision.transforms import functional as F
 
 import data
-import train
 from speedups.gpu_input import DeviceBatches, augment
 from conftest import TINY, load_offline_run, run_train, single_run
 
@@ -79,7 +78,7 @@ def test_dataloader_knobs_reach_the_loader(tmp_path):
 
 
 def norm():
-    return (torch.tensor(train.CIFAR10_MEAN).view(1, 3, 1, 1), torch.tensor(train.CIFAR10_STD).view(1, 3, 1, 1))
+    return (torch.tensor(data.CIFAR10_MEAN).view(1, 3, 1, 1), torch.tensor(data.CIFAR10_STD).view(1, 3, 1, 1))
 
 
 def test_device_augmentation_draws_the_pil_chain_distribution():
@@ -104,13 +103,13 @@ def test_device_augmentation_equals_the_pil_chain_for_the_same_draws():
         ref = F.crop(F.pad(pil, 4), int(dy[i]), int(dx[i]), 32, 32)
         if flip[i]:
             ref = F.hflip(ref)
-        ref = F.normalize(F.to_tensor(ref), train.CIFAR10_MEAN, train.CIFAR10_STD)
+        ref = F.normalize(F.to_tensor(ref), data.CIFAR10_MEAN, data.CIFAR10_STD)
         assert torch.allclose(out[i], ref, atol=1e-5), f"image {i} (dy={dy[i]}, dx={dx[i]}, flip={flip[i]})"
 
 
 def test_device_batches_shuffle_and_restart_epochs():
     ds = data.SyntheticCIFAR10(transform=None, size=10)
-    batches = DeviceBatches(torch, ds, 4, torch.device("cpu"), 0, train.CIFAR10_MEAN, train.CIFAR10_STD)
+    batches = DeviceBatches(torch, ds, 4, torch.device("cpu"), 0, data.CIFAR10_MEAN, data.CIFAR10_STD)
     seen = [next(batches)[1] for _ in range(5)]
     assert all(t.shape == (4,) for t in seen) and batches.epoch_restarts == 2
     images, _ = next(batches)
@@ -120,8 +119,8 @@ def test_device_batches_shuffle_and_restart_epochs():
 def test_capturable_assembly_gives_the_eager_batches():
     """The device-counter path that --cuda-graph captures yields the batches of the eager path, epochs included."""
     ds = data.SyntheticCIFAR10(transform=None, size=10)
-    eager = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, train.CIFAR10_MEAN, train.CIFAR10_STD)
-    counted = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, train.CIFAR10_MEAN, train.CIFAR10_STD)
+    eager = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, data.CIFAR10_MEAN, data.CIFAR10_STD)
+    counted = DeviceBatches(torch, ds, 4, torch.device("cpu"), 5, data.CIFAR10_MEAN, data.CIFAR10_STD)
     for i in range(7):  # 2 batches per epoch: crosses three epoch ends
         e_images, e_targets = next(eager)
         if i == 3:

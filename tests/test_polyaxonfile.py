@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-import train
+from settings import build_parser, parse_settings
 from conftest import ROOT
 from polyaxon_support import compile_polyaxonfile, kubernetes_pod, train_argv
 
@@ -34,7 +34,7 @@ def test_resolved_command_parses_into_the_same_settings(params):
     assert container.command == ["/bin/bash", "-c"]
     script = container.args[0]
     assert script.startswith("set -eu\n")
-    settings = train.parse_settings(train_argv(script))
+    settings = parse_settings(train_argv(script))
     expected = {"workers": 0, "batch_size": 128, "warmup_steps": 20, "bench_steps": 100, "data": "cifar10",
                 "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "profile_detail": "full",
                 "amp": "off", "compile": "off",
@@ -54,7 +54,7 @@ def test_every_input_reaches_train_py():
                   "cuda_graph": "true", "cudnn_benchmark": "true", "profile_detail": "lean"}
     _, compiled = compile_polyaxonfile(everything)
     script = compiled.run.container.args[0]
-    flags = {a.dest for a in train.build_parser()._actions}
+    flags = {a.dest for a in build_parser()._actions}
     for inp in compiled.inputs:
         if inp.name in ("polyaxon_version", "install"):
             continue
@@ -134,5 +134,5 @@ def test_alternating_operation_runs_bench_jobs_0_4_0_4_one_at_a_time():
     # Each matrix entry is a valid set of params for the component.
     for v in values[:2]:
         _, compiled = compile_polyaxonfile({"mode": "bench", **{k: str(x) for k, x in v.items()}})
-        settings = train.parse_settings(train_argv(compiled.run.container.args[0]))
+        settings = parse_settings(train_argv(compiled.run.container.args[0]))
         assert (settings.mode, settings.workers, settings.repeat) == ("bench", v["workers"], v["repeat"])

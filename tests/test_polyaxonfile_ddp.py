@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-import train
+from settings import build_parser, parse_settings
 from polyaxon_support import POLYAXONFILE_DDP, kubernetes_pytorchjob, quiet
 
 # What the Kubeflow training operator sets in the second worker pod (pod index 2).
@@ -40,7 +40,7 @@ def parse_train(argv, world_size, monkeypatch):
     """train.py's parser, in a process torchrun started (it refuses --ddp elsewhere)."""
     for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world_size)}.items():
         monkeypatch.setenv(k, v)
-    return train.parse_settings(argv)
+    return parse_settings(argv)
 
 
 def parse_torchrun(argv):
@@ -86,7 +86,7 @@ def test_every_input_reaches_torchrun_or_train_py():
                   "slow_rank": "3", "slow_input_ms": "50", "profile_detail": "lean"}
     compiled = compile_ddp(everything)
     script = compiled.run.master.container.args[0]
-    flags = {a.dest for a in train.build_parser()._actions}
+    flags = {a.dest for a in build_parser()._actions}
     for inp in compiled.inputs:
         if inp.name in ("polyaxon_version", "install", "replicas", "nproc_per_node"):
             continue

@@ -18,7 +18,7 @@ import pytest
 
 import runinfo
 import data
-import train
+from settings import parse_settings
 from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
 
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
@@ -132,6 +132,17 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, signame, phase, args, marker, 
         assert "results" not in record, "a stopped window must not report a rate"
 
 
+def test_a_stop_during_the_unprofiled_timing_counts_its_completed_steps(tmp_path):
+    """Profile mode times 10 unprofiled steps before the capture: a stop there says so and counts the steps
+    that completed before the boundary that honoured it (at least the one in flight when the signal came)."""
+    argv = ["--mode", "profile", "--device", "cpu", "--data", "synthetic", "--batch-size", "48",
+            "--warmup-steps", "1"]
+    code, stderr, workers = signal_at(argv, tmp_path, "unprofiled steps", signal.SIGTERM)
+    record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"unprofiled timing"})
+    assert 1 <= record["stopped"]["steps_completed_in_phase"] <= 10, record["stopped"]
+    assert "after 0 completed steps" not in stderr
+
+
 def test_polyaxon_lists_a_stopped_run(tmp_path):
     """`polyaxon ops ls --offline` shows the stopped run (it skipped runs without offline data)."""
     code, stderr, workers = signal_at(["--mode", "bench", "--bench-steps", "100000", *TINY], tmp_path,
@@ -200,13 +211,13 @@ def test_far_too_many_workers_are_refused_before_torch(tmp_path):
 
 def test_workers_above_the_budget_warn_and_are_recorded():
     budget = {"cpus": 2.0, "source": "affinity"}
-    args = train.parse_settings(["--mode", "bench", "--workers", "3"])
+    args = parse_settings(["--mode", "bench", "--workers", "3"])
     note = runinfo.check_workers(args, budget)
     assert "above the CPU budget (2 CPUs, affinity)" in note
-    assert runinfo.check_workers(train.parse_settings(["--mode", "bench", "--workers", "2"]), budget) is None
-    with pytest.raises(train.UserError, match="at most 8"):
-        runinfo.check_workers(train.parse_settings(["--mode", "bench", "--workers", "9"]), budget)
-    forced = train.parse_settings(["--mode", "bench", "--workers", "9", "--force-workers"])
+    assert runinfo.check_workers(parse_settings(["--mode", "bench", "--workers", "2"]), budget) is None
+    with pytest.raises(runinfo.UserError, match="at most 8"):
+        runinfo.check_workers(parse_settings(["--mode", "bench", "--workers", "9"]), budget)
+    forced = parse_settings(["--mode", "bench", "--workers", "9", "--force-workers"])
     assert "above the CPU budget" in runinfo.check_workers(forced, budget)
 
 
@@ -287,11 +298,15 @@ def test_a_failed_download_removes_what_it_created(tmp_path, monkeypatch):
     monkeypatch.setattr(torchvision.datasets.CIFAR10, "download", fail_after_writing)
     fresh = tmp_path / "fresh"
     with pytest.raises(runinfo.UserError, match="--data synthetic"):
-        train.build_dataset(train.parse_settings(["--mode", "bench", "--data-dir", str(fresh)]), None)
+        data.build_dataset(parse_settings(["--mode", "bench", "--data-dir", str(fresh)]), None)
     assert not fresh.exists()
+    deep = tmp_path / "new" / "deeper" / "data"
+    with pytest.raises(runinfo.UserError):
+        data.build_dataset(parse_settings(["--mode", "bench", "--data-dir", str(deep)]), None)
+    assert not (tmp_path / "new").exists(), "every folder made for the missing --data-dir must be removed"
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "mine.txt").write_text("the user's")
     with pytest.raises(runinfo.UserError):
-        train.build_dataset(train.parse_settings(["--mode", "bench", "--data-dir", str(kept)]), None)
+        data.build_dataset(parse_settings(["--mode", "bench", "--data-dir", str(kept)]), None)
     assert os.listdir(kept) == ["mine.txt"]

@@ -11,6 +11,7 @@ import torch
 import summarize
 import data
 import train
+from settings import parse_settings
 import runinfo
 import profiling
 import scopes
@@ -110,11 +111,11 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
     for c in results["cycles"]:
         with open(c["evidence_txt"]) as f:
             text = f.read()
-        assert "capture: --profile-detail full; unprofiled step" in text and "profiler_distortion" in text
+        assert "the profiler's cost (--profile-detail full)" in text and "profiler_distortion" in text
         assert read_json(c["evidence_json"])["capture"]["dumps"] == [
             {"cycle": d["cycle"], "seconds": d["dump_seconds"], "before_step": d["dump_before_step"]}
             for d in results["cycles"]]
-        assert ("after cycle 1's trace dump" in text) == (c["cycle"] == 2)
+        assert ("after cycle 1's trace was written" in text) == (c["cycle"] == 2)
 
 
 def test_lean_profile_records_no_shapes_memory_or_stacks(tmp_path):
@@ -196,6 +197,15 @@ def test_bad_flags_never_import_torch():
     assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
 
 
+def test_the_settings_module_never_imports_torch():
+    """settings.py (every flag and its checks) imports no torch, so a bad flag costs no torch start-up."""
+    code = ("import sys, settings\n"
+            "settings.parse_settings(['--mode', 'bench', '--workers', '2', '--data', 'synthetic'])\n"
+            "print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["False"], proc.stdout + proc.stderr
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_device_cuda_without_cuda_is_an_error(tmp_path):
     """--device cuda on a CPU machine exits 2 in one line instead of running on the CPU."""
@@ -207,10 +217,12 @@ def test_device_cuda_without_cuda_is_an_error(tmp_path):
 
 
 def test_failed_download_names_synthetic_and_fails_the_run(tmp_path):
-    """A CIFAR-10 download that fails exits 1 with a message naming --data synthetic; the run is failed."""
+    """A CIFAR-10 download that fails exits 1 with a message naming --data synthetic; the run is failed, and
+    the folders made for the missing --data-dir are gone."""
     dead = "http://127.0.0.1:9"  # nothing listens there: the download fails at once
-    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "cifar10", "--data-dir", str(tmp_path / "d"),
-                      "--batch-size", "4", "--warmup-steps", "1", "--bench-steps", "1"],
+    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "cifar10",
+                      "--data-dir", str(tmp_path / "new" / "d"), "--batch-size", "4", "--warmup-steps", "1",
+                      "--bench-steps", "1"],
                      tmp_path / "offline", timeout=300, https_proxy=dead, HTTPS_PROXY=dead, http_proxy=dead,
                      HTTP_PROXY=dead, no_proxy="", NO_PROXY="")
     assert proc.returncode == 1, proc.stderr
@@ -220,6 +232,7 @@ def test_failed_download_names_synthetic_and_fails_the_run(tmp_path):
     record = read_json(os.path.join(outputs, "run.json"))
     assert record["status"] == "failed" and "--data synthetic" in record["error"]
     assert load_offline_run(tmp_path / "offline", uuid)["status"] == "failed"
+    assert not (tmp_path / "new").exists(), "the folders made for the missing --data-dir must be removed"
 
 
 def test_download_error_is_reported_in_process(tmp_path, monkeypatch):
@@ -230,9 +243,9 @@ def test_download_error_is_reported_in_process(tmp_path, monkeypatch):
         raise urllib.error.URLError("fake: no network")
 
     monkeypatch.setattr(torchvision.datasets.CIFAR10, "download", fail)
-    args = train.parse_settings(["--mode", "bench", "--data-dir", str(tmp_path)])
-    with pytest.raises(train.UserError, match="--data synthetic"):
-        train.build_dataset(args, train.build_transform())
+    args = parse_settings(["--mode", "bench", "--data-dir", str(tmp_path)])
+    with pytest.raises(runinfo.UserError, match="--data synthetic"):
+        data.build_dataset(args, data.build_transform())
 
 
 def write_cgroup(root, files, own="0::/\n"):
@@ -359,9 +372,9 @@ def test_profile_run_logs_each_profiled_step_as_a_metric(profile_run):
 
 def test_batches_restart_cleanly_at_epoch_end():
     """A data set of 2.5 batches gives full batches forever, counting its restarts."""
-    data = torch.utils.data.TensorDataset(torch.arange(10.0), torch.arange(10))
-    loader = torch.utils.data.DataLoader(data, batch_size=4, drop_last=True)
-    batches = train.Batches(loader)
+    numbers = torch.utils.data.TensorDataset(torch.arange(10.0), torch.arange(10))
+    loader = torch.utils.data.DataLoader(numbers, batch_size=4, drop_last=True)
+    batches = data.Batches(loader)
     got = [next(batches)[0].shape[0] for _ in range(5)]
     assert got == [4] * 5 and batches.epoch_restarts == 2
 
@@ -380,15 +393,15 @@ def test_an_epoch_boundary_inside_the_bench_window_is_said():
 
 
 def test_batches_refuse_a_data_set_smaller_than_a_batch():
-    data = torch.utils.data.TensorDataset(torch.arange(3.0))
-    with pytest.raises(train.UserError, match="--batch-size"):
-        train.Batches(torch.utils.data.DataLoader(data, batch_size=4, drop_last=True))
+    numbers = torch.utils.data.TensorDataset(torch.arange(3.0))
+    with pytest.raises(runinfo.UserError, match="--batch-size"):
+        data.Batches(torch.utils.data.DataLoader(numbers, batch_size=4, drop_last=True))
 
 
 def test_synthetic_data_goes_through_the_cifar_transforms():
     """Fixed images whatever the run's seed, and normalized 3x32x32 tensors out of the PIL chain."""
-    a = data.SyntheticCIFAR10(train.build_transform(), size=16)
-    b = data.SyntheticCIFAR10(train.build_transform(), size=16)
+    a = data.SyntheticCIFAR10(data.build_transform(), size=16)
+    b = data.SyntheticCIFAR10(data.build_transform(), size=16)
     assert (a.data == b.data).all() and a.targets == b.targets
     image, target = a[3]
     assert image.shape == (3, 32, 32) and image.dtype == torch.float32 and 0 <= target < 10

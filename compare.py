@@ -33,8 +33,8 @@ and each option. A switched-off setting (False, "off", or absent in older runs) 
 machines (host, GPU, driver, torch, CUDA, CPU budget) are never pooled: compare.py refuses and names
 what differs, or with --per-host makes one table per machine. Per group, where the runs carry them:
 model TFLOP/s and MFU (train.py's FLOP count; older runs lack it and the table says so), the
-GPU-bound share of --cuda-graph runs, and the trace evidence of a matching profile run (profile runs
-never enter the rates). Writes comparison.md, .csv, .json and .png together, all or none; without
+GPU-bound share of --cuda-graph runs, and the trace evidence of a matching profile run, with its verdict
+and the paths of its step pictures (profile runs never enter the rates). Writes comparison.md, .csv, .json and .png together, all or none; without
 matplotlib, the tables alone and a one-line note.
 """
 
@@ -88,11 +88,12 @@ def failure_of(conditions):
     return None
 
 
-def record_from(uuid, name, created_at, status, inputs, outputs, run_json, conditions=None):
+def record_from(uuid, name, created_at, status, inputs, outputs, run_json, conditions=None, base=None):
     """One run, the same shape whether it came from Polyaxon or from an offline folder.
 
     The machine facts come from the run's outputs (env_*, logged by train.py) where present, else from
-    its run.json (older runs).
+    its run.json (older runs). base: an offline run's folder, where the step pictures recorded on another
+    machine are found.
     """
     run_json = run_json or {}
     outputs = dict(outputs or {})
@@ -118,7 +119,17 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
         "machine": machine, "facts_from": facts, "error": run_json.get("error") or failure_of(conditions),
         "window_restarts": outputs.get("epoch_restarts_in_window",
                                        (run_json.get("results") or {}).get("epoch_restarts_in_window")),
+        "pictures": [local_file(c["picture"], base) for c in (run_json.get("results") or {}).get("cycles") or []
+                     if c.get("picture")],
     }
+
+
+def local_file(path, base):
+    """A file an offline run recorded, under its own folder when it was recorded on another machine."""
+    if base and not os.path.exists(path) and "/outputs/" in path:
+        path = os.path.join(base, "outputs", path.split("/outputs/", 1)[1])
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def gather_offline(root):
@@ -144,7 +155,8 @@ def gather_offline(root):
         except (OSError, json.JSONDecodeError):
             pass
         records.append(record_from(uuid, run.get("name"), run.get("created_at"), run.get("status"),
-                                   run.get("inputs"), run.get("outputs"), run_json, run.get("status_conditions")))
+                                   run.get("inputs"), run.get("outputs"), run_json, run.get("status_conditions"),
+                                   base))
     return records
 
 
@@ -445,7 +457,8 @@ def matching_evidence(records, settings, machine):
         return None
     r = sorted(matches, key=lambda r: r["created_at"])[-1]
     return {"uuid": r["uuid"], "profile_detail": r["settings"].get("profile_detail") or "full",
-            **{k: r["outputs"].get(k) for k in EVIDENCE}}
+            **{k: r["outputs"].get(k) for k in EVIDENCE}, "verdict": r["outputs"].get("verdict"),
+            "pictures": r.get("pictures") or []}
 
 
 # --------------------------------------------------------------------------- writing
@@ -544,6 +557,12 @@ def markdown_table(table):
                       f"{fmt_opt(e.get('unprofiled_step_ms'), '{:.1f}')} | "
                       f"{fmt_opt(e.get('profiler_distortion'), '{:.2f}x')}{se} | "
                       f"{fmt_rate(g['median'])} |\n")
+        for g in evidence:
+            e = g["evidence"]
+            if e.get("verdict") or e.get("pictures"):
+                shown = ", ".join(f"[{os.path.basename(p)}]({p})" for p in e["pictures"])
+                out.write(f"\n- {g['group']}: {e.get('verdict') or 'no verdict recorded'}"
+                          + (f" Step pictures: {shown}" if shown else "") + "\n")
         first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
         if first["evidence"] and last["evidence"] and first is not last:
             a, b = first["evidence"], last["evidence"]

@@ -189,3 +189,40 @@ def test_the_end_report_leads_with_the_verdicts_and_the_workers_ratio(tmp_path):
     assert "0.91x" in ratio and "first look" in ratio and "2 CPUs, fewer than 4 workers" in ratio
     assert "picture-cycle1.png" in out
     assert "per GPU" not in out
+
+
+def test_compare_names_each_group_s_verdict_and_links_its_step_pictures(tmp_path):
+    """compare.py's evidence section: the matching profile run's verdict and its pictures, found under the
+    offline run's own folder when run.json recorded them on another machine."""
+    import compare
+
+    env = {"hostname": "h", "gpu": "NVIDIA H200", "driver": "1", "torch": "2.11", "cuda": "13"}
+
+    def make(uuid, minute, settings, outputs, results):
+        b = tmp_path / "runs" / uuid
+        (b / "outputs" / "traces").mkdir(parents=True)
+        (b / "run.plx.json").write_text(json.dumps({"name": uuid, "status": "succeeded", "inputs": settings,
+                                                    "created_at": f"2026-12-03T10:{minute:02d}:00+00:00",
+                                                    "outputs": outputs}))
+        (b / "outputs" / "run.json").write_text(json.dumps({"settings": settings, "environment": env,
+                                                            "cpu_budget": {"cpus": 4}, "results": results}))
+        return b
+    minute = 0
+    for repeat in range(1, 4):
+        for w, rate in ((0, 3000.0 + repeat), (4, 10000.0 + repeat)):
+            minute += 1
+            make(f"b{w}{repeat}" + "0" * 29, minute, {"mode": "bench", "workers": w, "repeat": repeat},
+                 {"samples_per_sec": rate}, {"samples_per_sec": rate})
+    said = "Waiting for input holds the step: the GPU sits idle while input/next_batch runs for 84% of the step."
+    uuid = "p" * 32
+    recorded = f"/elsewhere/runs/{uuid}/outputs/traces/picture-cycle1-steps2-4.png"
+    b = make(uuid, 30, {"mode": "profile", "workers": 0}, {"profiled_step_ms": 130.0, "verdict": said},
+             {"cycles": [{"picture": recorded}]})
+    (b / "outputs" / "traces" / "picture-cycle1-steps2-4.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    out = tmp_path / "cmp"
+    assert compare.main(["--offline", str(tmp_path), "--out", str(out)]) == 0
+    text = (out / "comparison.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("- workers=0:"))
+    assert said in line
+    linked = os.path.join(str(b), "outputs", "traces", "picture-cycle1-steps2-4.png")
+    assert f"]({os.path.relpath(linked)})" in line or f"]({linked})" in line

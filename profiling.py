@@ -527,8 +527,8 @@ def headline_verdict(head, evidences, picked):
     ratio, se = head.get("profiler_distortion"), head.get("profiler_distortion_se")
     shown = ratio and (ratio - t975(head.get("profiler_distortion_df")) * se > 1 if se else ratio > DISTORTION_NOTE_AT)
     if v["stage"] and shown:
-        v["sentence"] += (f" The profiler made these steps {ratio:.2f}x as long as unprofiled ones, mostly on the "
-                          "CPU side: mode=bench measures the change.")
+        v["sentence"] += (f" The profiler made these steps {ratio:.2f}x as long as unprofiled ones: the shares "
+                          "are of the profiled step, and mode=bench measures the change.")
     return v
 
 

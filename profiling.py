@@ -63,10 +63,6 @@ class TraceWriter:
     def __call__(self, prof):
         if self.skip():  # a stop was asked for: the profiler's exit would dump a partial cycle
             return
-        delay = float(os.environ.get("TRAIN_TEST_SLOW_TRACE_EXPORT_S", 0))  # set by the tests alone
-        if delay:
-            print("profile: writing a trace (slowed for a test)", file=sys.stderr)
-            time.sleep(delay)
         # Called at step_num 5 and 10; the cycle's active steps are the three before.
         n = len(self.cycles) + 1
         first, last = prof.step_num - SCHEDULE["active"], prof.step_num - 1

@@ -307,7 +307,7 @@ def log_bench(record, results, args):
            if c["mfu"] is not None else f"MFU n/a: {c['note']}")
     tflops = "n/a" if c["model_tflops_per_sec"] is None else f"{c['model_tflops_per_sec']:.2f}"
     print(f"bench: {results['flops_per_sample'] / 1e9:.3f} GFLOP per training sample (model FLOPs) -> "
-          f"{tflops} TFLOP/s per GPU; {mfu}")
+          f"{tflops} TFLOP/s {'per GPU' if record['device'].startswith('cuda') else 'on the CPU'}; {mfu}")
     return {k: results[k] for k in (*BENCH_OUTPUTS, *ranks.BENCH_OUTPUTS) if results.get(k) is not None}
 
 

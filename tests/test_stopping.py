@@ -46,11 +46,12 @@ def alive(pid):
         return False
 
 
-def signal_at(args, offline_root, marker, signum, extra_env=None, second=False, timeout=300):
-    """Start train.py, wait for a stderr line containing marker, send signum (twice if second); return
-    (returncode, stderr, worker pids seen at the signal)."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT,
-                            env=polyaxon_env(offline_root, **(extra_env or {})),
+def signal_at(args, offline_root, marker, signum, slow_export=None, second=False, timeout=300):
+    """Start train.py (each trace export slowed by slow_export seconds, if given), wait for a stderr line
+    containing marker, send signum (twice if second); return (returncode, stderr, worker pids seen at the signal)."""
+    script = ([os.path.join(ROOT, "tests", "slow_export.py"), str(slow_export)] if slow_export
+              else [os.path.join(ROOT, "train.py")])
+    proc = subprocess.Popen([sys.executable, *script, *args], cwd=ROOT, env=polyaxon_env(offline_root),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines, deadline = [], time.time() + timeout
     try:
@@ -96,13 +97,13 @@ def assert_stopped(offline_root, returncode, stderr, signum, workers, phases):
     return record
 
 
-PHASES = [  # name, extra args, stderr marker, phases the stop may land in, extra environment
+PHASES = [  # name, extra args, stderr marker, phases the stop may land in, seconds each trace export is slowed
     ("start-up", ["--mode", "bench"], "outputs:", {"start-up", "warm-up"}, None),
     ("warm-up", ["--mode", "bench", "--warmup-steps", "400", "--workers", "1"], "warm-up:", {"warm-up"}, None),
     ("profiled steps", ["--mode", "profile", "--batch-size", "48", "--workers", "1"], "profile: cycle 1",
      {"profile"}, None),
     ("trace export", ["--mode", "profile", "--workers", "1"], "profile: writing a trace", {"profile"},
-     {"TRAIN_TEST_SLOW_TRACE_EXPORT_S": "3"}),
+     3),
     ("bench window", ["--mode", "bench", "--bench-steps", "100000", "--workers", "1"], "bench: timing",
      {"bench"}, None),
 ]
@@ -156,7 +157,7 @@ def test_polyaxon_lists_a_stopped_run(tmp_path):
 def test_a_second_signal_stops_at_once(tmp_path):
     """The first signal waits for the step boundary; a second one does not wait (and is still recorded)."""
     code, stderr, workers = signal_at(["--mode", "profile", *TINY], tmp_path, "profile: writing a trace",
-                                      signal.SIGTERM, {"TRAIN_TEST_SLOW_TRACE_EXPORT_S": "30"}, second=True,
+                                      signal.SIGTERM, 30, second=True,
                                       timeout=120)
     record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"profile"})
     assert record["stopped"]["steps_completed_in_phase"] == 4, "the second signal must not wait for the export"

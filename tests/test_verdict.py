@@ -226,3 +226,8 @@ def test_compare_names_each_group_s_verdict_and_links_its_step_pictures(tmp_path
     assert said in line
     linked = os.path.join(str(b), "outputs", "traces", "picture-cycle1-steps2-4.png")
     assert f"]({os.path.relpath(linked)})" in line or f"]({linked})" in line
+
+
+def test_a_cpu_bench_never_speaks_of_a_gpu_rate(bench_run):
+    out = bench_run["proc"].stdout + bench_run["proc"].stderr
+    assert "TFLOP/s on the CPU" in out and "per GPU" not in out, out

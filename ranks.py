@@ -42,6 +42,7 @@ import re
 import statistics
 import sys
 
+import stepview
 import summarize
 from runinfo import write_atomic, write_json_atomic
 from scopes import NEXT_BATCH, SCOPES
@@ -196,12 +197,12 @@ def step_figures(t, number, a, b, evidence_step, runs_ahead=False):
 
 def rank_figures(paths, rank=None):
     """One rank's per-step figures over its traces (cycles are pooled by step number)."""
-    steps, sources, ahead = {}, set(), []
+    steps, sources, ahead, drawn = {}, set(), [], []
     for path in paths:
         if rank is None:
             rank = trace_rank(path)
         try:
-            evidence = summarize.summarize_file(path)
+            evidence = summarize.summarize_file(path, lanes=True)
             t = timelines(summarize.load_events(path))
         except summarize.TraceError as e:
             raise RanksError(str(e)) from e
@@ -209,6 +210,8 @@ def rank_figures(paths, rank=None):
         runs_ahead = bool(evidence.get("cpu_runs_ahead"))
         if runs_ahead and t["source"] and not t["source"].startswith("cpu"):
             ahead.append(path)
+        drawn.append({"rows": stepview.lanes_of(evidence), "has_gpu": evidence["has_gpu"],
+                      "gpu_slots": evidence.get("idle_basis") == "gpu_timeline"})
         by_number = {s["step"]: s for s in evidence["steps"]}
         for number, a, b in t["steps"]:
             if number in steps:
@@ -219,7 +222,7 @@ def rank_figures(paths, rank=None):
     source = sources.pop() if sources else None
     reason = NO_COMM if not source else (f"{RUNS_AHEAD} ({len(ahead)} of {len(paths)} traces)" if ahead else None)
     return {"rank": rank, "traces": list(paths), "comm_source": source, "comm_null_reason": reason,
-            "steps": [steps[k] for k in sorted(steps)]}
+            "steps": [steps[k] for k in sorted(steps)], "drawn": drawn}
 
 
 # --------------------------------------------------------------------------- across ranks
@@ -451,7 +454,28 @@ def profile_evidence(world, record, results):
     record.log_file(write_atomic(base + ".evidence.txt", format_text(result)), "evidence-ranks-table")
     results["across_ranks"] = top = headline(result)
     print(f"ranks: {top['verdict']}", file=sys.stderr)
-    return {k: v for k, v in top.items() if v is not None and k != "verdict"}
+    top["pictures"] = draw_ranks(every, record, top["verdict"])
+    return {k: v for k, v in top.items() if v is not None and k not in ("verdict", "pictures")}
+
+
+def draw_ranks(every, record, said):
+    """One picture per cycle with every rank's steps, a lane pair per step (stepview.py), saved and logged by rank 0;
+    the pictures' paths (none, and one line saying why, without matplotlib)."""
+    by_rank = sorted(every, key=lambda f: f["rank"])
+    paths = []
+    for k in range(min(len(f["drawn"]) for f in by_rank)):
+        cycle = [f["drawn"][k] for f in by_rank]
+        path = os.path.join(record.out_dir, "traces", f"picture-ranks-cycle{k + 1}.png")
+        try:
+            stepview.draw_groups([(f"rank {f['rank']} ", c["rows"]) for f, c in zip(by_rank, cycle)], path,
+                                 f"cycle {k + 1}, every rank", said, all(c["has_gpu"] for c in cycle),
+                                 any(c["gpu_slots"] for c in cycle))
+        except stepview.NoPicture as e:
+            print(f"ranks: {e}", file=sys.stderr)
+            return []
+        record.log_image(path, f"steps-ranks-cycle{k + 1}")
+        paths.append(path)
+    return paths
 
 
 def main(argv=None):

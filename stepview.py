@@ -7,7 +7,8 @@ the input gap, when the GPU waited while input/next_batch ran, and other idle). 
 own zero: the CPU lane at the step's start, the GPU lane at the start of the span its figures are read on
 (the CPU's step while the GPU keeps up; the step's own GPU slot when the CPU runs ahead). Every length
 comes from summarize.py's figures for that step; the verdict is in the title. Profile mode draws one per
-cycle beside its trace; a CPU-only trace gets the CPU lanes alone.
+cycle beside its trace; a CPU-only trace gets the CPU lanes alone; in a DDP run rank 0 also draws every
+rank's steps in one picture per cycle (ranks.py).
 """
 
 import argparse
@@ -51,8 +52,19 @@ def lanes_of(evidence):
 
 
 def draw(evidence, path, title):
-    """Draw the cycle's picture to path (PNG, written atomically); returns lanes_of(evidence) as drawn.
+    """Draw one trace's cycle to path (PNG, written atomically); returns lanes_of(evidence) as drawn.
     Raises NoPicture with the reason when matplotlib is missing."""
+    rows = lanes_of(evidence)
+    draw_groups([("", rows)], path, title, evidence["verdict"]["sentence"], evidence["has_gpu"],
+                evidence.get("idle_basis") == "gpu_timeline")
+    return rows
+
+
+def draw_groups(groups, path, title, said, has_gpu, gpu_slots):
+    """Lane pairs for each (label, rows) group, one group per rank in a DDP run, on one time scale.
+
+    said: the sentence under the title (the verdict); gpu_slots: the GPU lanes are GPU slots (the CPU runs
+    ahead), which the axis says. Raises NoPicture when matplotlib is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -60,24 +72,24 @@ def draw(evidence, path, title):
         from matplotlib.patches import Patch
     except ImportError as e:
         raise NoPicture(NO_MATPLOTLIB) from e
-    rows = lanes_of(evidence)
+    rows = [(label, row) for label, group in groups for row in group]
     fig, ax = plt.subplots(figsize=(11, 1.9 + 0.8 * len(rows)))
     ticks, labels = [], []
-    for i, row in enumerate(rows):
+    for i, (label, row) in enumerate(rows):
         y_cpu, y_gpu = 2 * (len(rows) - 1 - i) + 1.0, 2 * (len(rows) - 1 - i) + 0.45
         ax.broken_barh([(0, row["cpu_ms"])], (y_cpu - 0.22, 0.44), facecolors="white", edgecolors="#555555")
         for name, a, w in row["cpu"]:
             ax.broken_barh([(a, w)], (y_cpu - 0.22, 0.44), facecolors=COLOURS[name], linewidth=0,
-                          antialiased=False)
+                           antialiased=False)
         ticks.append(y_cpu)
-        labels.append(f"step {row['step']} CPU  {row['cpu_ms']:.2f} ms")
+        labels.append(f"{label}step {row['step']} CPU  {row['cpu_ms']:.2f} ms")
         if row["gpu_ms"] is not None:
             for kind, a, w in row["gpu"]:
                 ax.broken_barh([(a, w)], (y_gpu - 0.22, 0.44), facecolors=COLOURS[kind], linewidth=0,
-                              antialiased=False)
+                               antialiased=False)
             labels.append(f"GPU  {row['gpu_ms']:.2f} ms")
         else:
-            reason = "CPU-only trace" if not evidence["has_gpu"] else "no complete GPU slot"
+            reason = "no GPU tracks" if not has_gpu else "no complete GPU slot"
             ax.text(0, y_gpu, f"  ({reason})", va="center", fontsize=8, color="#555555")
             labels.append("GPU  n/a")
         ticks.append(y_gpu)
@@ -85,14 +97,13 @@ def draw(evidence, path, title):
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xlabel("milliseconds from the start of each lane, to scale; "
                   + ("the GPU lane is the step's own GPU slot (the CPU runs ahead of the GPU)"
-                     if evidence.get("idle_basis") == "gpu_timeline" else "both lanes start with the CPU's step"),
-                  fontsize=8)
-    ax.set_xlim(0, max([r["cpu_ms"] for r in rows] + [r["gpu_ms"] or 0 for r in rows]) * 1.02)
+                     if gpu_slots else "both lanes start with the CPU's step"), fontsize=8)
+    ax.set_xlim(0, max([r["cpu_ms"] for _, r in rows] + [r["gpu_ms"] or 0 for _, r in rows]) * 1.02)
     legend = [Patch(facecolor=COLOURS[k], label=k) for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)]
-    if evidence["has_gpu"]:
+    if has_gpu:
         legend += [Patch(facecolor=COLOURS[k], label=f"GPU {k}") for k in ("busy", "input gap", "other idle")]
     fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=8, frameon=False)
-    wrapped = "\n".join(textwrap.wrap(evidence["verdict"]["sentence"], 130))
+    wrapped = "\n".join(textwrap.wrap(said, 130))
     ax.set_title(f"{title}\n{wrapped}", fontsize=9, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -105,7 +116,6 @@ def draw(evidence, path, title):
         plt.close(fig)
         if os.path.exists(tmp):
             os.remove(tmp)
-    return rows
 
 
 def main(argv=None):

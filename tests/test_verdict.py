@@ -231,3 +231,29 @@ def test_compare_names_each_group_s_verdict_and_links_its_step_pictures(tmp_path
 def test_a_cpu_bench_never_speaks_of_a_gpu_rate(bench_run):
     out = bench_run["proc"].stdout + bench_run["proc"].stderr
     assert "TFLOP/s on the CPU" in out and "per GPU" not in out, out
+
+
+def test_a_ddp_profile_draws_every_rank_in_one_picture_per_cycle(ddp_profile):
+    """Rank 0 draws one lane pair per rank and step, saves it under outputs/traces and logs it as an image."""
+    with open(os.path.join(ddp_profile["outputs"], "run.json")) as f:
+        run = json.load(f)
+    pictures = run["results"]["across_ranks"]["pictures"]
+    assert [os.path.basename(p) for p in pictures] == ["picture-ranks-cycle1.png", "picture-ranks-cycle2.png"]
+    base = os.path.join(str(ddp_profile["root"]), "runs", ddp_profile["uuid"])
+    for k, path in enumerate(pictures, start=1):
+        assert path.startswith(ddp_profile["outputs"]) and png_size(path)[1] > 600, "two ranks: a taller picture"
+        assert os.path.exists(os.path.join(base, "events", "image", f"steps-ranks-cycle{k}.plx"))
+
+
+def test_rank_figures_carry_the_rows_each_rank_draws(tmp_path):
+    """The rows a rank sends to rank 0 are stepview's rows of its own traces, one entry per cycle."""
+    import ranks
+    trace = stored_trace(cuda_graph=True, amp="bf16")
+    fig = ranks.rank_figures([trace], rank=0)
+    assert len(fig["drawn"]) == 1 and fig["drawn"][0]["has_gpu"]
+    assert fig["drawn"][0]["rows"] == stepview.lanes_of(summarize.summarize_file(trace, lanes=True))
+    stepview.draw_groups([("rank 0 ", fig["drawn"][0]["rows"]), ("rank 1 ", fig["drawn"][0]["rows"])],
+                         str(tmp_path / "r.png"), "two ranks", "said", True, True)
+    one = tmp_path / "one.png"
+    stepview.draw_groups([("rank 0 ", fig["drawn"][0]["rows"])], str(one), "one rank", "said", True, True)
+    assert png_size(tmp_path / "r.png")[1] > png_size(one)[1], "a lane pair per rank and step"

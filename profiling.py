@@ -414,7 +414,7 @@ def loop_timings(capture, cycles, evidences, pace_s):
     n = len(capture["pauses_s"])
     pad = lambda xs: (list(xs or []) + [None] * n)[:n]  # noqa: E731
     took, waited = pad(capture.get("steps_s")), pad(capture.get("inputs_s"))
-    traced = {s["step"]: (s["wall_us"] / 1e6, s["scopes_cpu_us"].get(NEXT_BATCH, 0.0) / 1e6)
+    traced = {s["step"]: (s["wall_us"] / 1e6, (s["scopes_cpu_us"].get(NEXT_BATCH) or 0.0) / 1e6)
               for c in cycles for s in evidences[c["cycle"]]["steps"] if 0 <= s["step"] < n}
     compute, waits = [None] * n, [None] * n
     for i in range(n):

@@ -19,7 +19,7 @@ import textwrap
 import summarize
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
 
-COLOURS = {NEXT_BATCH: "#d62728", TO_DEVICE: "#ff7f0e", FORWARD_BACKWARD: "#1f77b4", OPTIMIZER: "#9467bd",
+COLOURS = {NEXT_BATCH: "#d62728", "input": "#d62728", TO_DEVICE: "#ff7f0e", FORWARD_BACKWARD: "#1f77b4", OPTIMIZER: "#9467bd",
            "busy": "#2ca02c", "input gap": "#d62728", "other idle": "#d9d9d9"}
 NO_MATPLOTLIB = "matplotlib is not installed: no step picture was drawn (pip install matplotlib)"
 
@@ -99,7 +99,11 @@ def draw_groups(groups, path, title, said, has_gpu, gpu_slots):
                   + ("the GPU lane is the step's own GPU slot (the CPU runs ahead of the GPU)"
                      if gpu_slots else "both lanes start with the CPU's step"), fontsize=8)
     ax.set_xlim(0, max([r["cpu_ms"] for _, r in rows] + [r["gpu_ms"] or 0 for _, r in rows]) * 1.02)
-    legend = [Patch(facecolor=COLOURS[k], label=k) for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)]
+    drawn = {name for _, r in rows for name, _, _ in r["cpu"]}
+    legend = [Patch(facecolor=COLOURS[k], label=k) for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)
+              if k in drawn or "input" not in drawn]
+    if "input" in drawn:
+        legend.insert(0, Patch(facecolor=COLOURS["input"], label="input (DataLoader annotation or --input-scope)"))
     if has_gpu:
         legend += [Patch(facecolor=COLOURS[k], label=f"GPU {k}") for k in ("busy", "input gap", "other idle")]
     fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=8, frameon=False)

@@ -71,6 +71,9 @@ OPEN_SLOT = ("the last traced step has no next step to end its GPU slot (a slot 
              "GPU event to the next step's first)")
 EPS_US = 0.01  # exported timestamps carry ns decimals: sums of a few thousand of them stay well within this
 OUTSIDE_SCOPES = "(outside the four scopes)"
+LOADER_PREFIX = "enumerate(DataLoader)#"  # the DataLoader's own annotation of each __next__, in every trace
+NO_INPUT = ("the trace has no input/next_batch scope, no DataLoader annotation (enumerate(DataLoader)#...) and no "
+            "--input-scope: where the step waits for input cannot be told")
 CAVEAT = ("the profiler adds its own cost to the profiled process (more with record_shapes, profile_memory "
           "and with_stack): the trace explains where time goes, mode=bench measures it; profile mode's "
           "profiler_distortion says how far the profiled steps moved from unprofiled ones")
@@ -314,6 +317,7 @@ class Trace:
 
     def __init__(self):
         self.steps, self.scopes, self.scope_ids = [], defaultdict(list), {}
+        self.loader, self.named = [], defaultdict(list)  # DataLoader annotations; every other user annotation
         self.gpu, self.runtime, self.annotations = [], [], []
         self.threads = defaultdict(lambda: (array("d"), array("d")))
 
@@ -350,6 +354,10 @@ def extract(events):
                 t.scopes[name].append([s, e])
                 if args.get("External id") is not None:
                     t.scope_ids[args["External id"]] = (name, s)
+            elif name.startswith(LOADER_PREFIX):
+                t.loader.append([s, e])
+            else:
+                t.named[names.setdefault(name, name)].append([s, e])
         elif cat in GPU_CATS:
             if cat == "kernel":
                 kind = "kernel"
@@ -454,12 +462,14 @@ class Busy:
         return out
 
 
-def idle_figures(busy, span, scopes, lanes=False):
-    """busy, idle, input gap over span (a merged list of [start, end)); scopes: {scope: merged slices}.
+def idle_figures(busy, span, scopes, inputs, lanes=False):
+    """busy, idle, input gap over span (a merged list of [start, end)); scopes: {scope: merged slices};
+    inputs: the merged slices of the input source (input_source), or None when the trace has none.
 
     host wait: idle time while the GPU waited for the host (nothing was queued), split by the scope the
-    host was in (waits_by_scope_us; OUTSIDE_SCOPES for the rest). input gap: the host wait inside
-    input/next_batch. GPU-side gaps between queued kernels are idle, but no wait for the host.
+    host was in (waits_by_scope_us; OUTSIDE_SCOPES for the rest). input gap: the host wait inside the input
+    source's slices (null without a source). GPU-side gaps between queued kernels are idle, but no wait for
+    the host.
     lanes: also the GPU lane as [kind, start, end] segments (busy, input gap, other idle), sorted.
     """
     if not span:
@@ -471,17 +481,34 @@ def idle_figures(busy, span, scopes, lanes=False):
     waiting = busy.host_wait(idle)
     waits = {n: total(intersect(waiting, scopes[n])) for n in SCOPES}
     waits[OUTSIDE_SCOPES] = max(0.0, total(waiting) - sum(waits.values()))
-    gap_us = waits[NEXT_BATCH]
+    gaps = intersect(waiting, inputs) if inputs is not None else []
+    gap_us = total(gaps) if inputs is not None else None
     out = {"span_us": length, "busy_us": total(busy_on), "idle_us": idle_us,
            "idle_share": idle_us / length if length else None, "host_wait_us": total(waiting),
-           "waits_by_scope_us": waits,
-           "input_gap_us": gap_us, "input_gap_share": gap_us / idle_us if idle_us else 0.0}
+           "waits_by_scope_us": waits, "input_gap_us": gap_us,
+           "input_gap_share": None if gap_us is None else (gap_us / idle_us if idle_us else 0.0)}
     if lanes:
-        gaps = intersect(waiting, scopes[NEXT_BATCH])
         other = [iv for a, b in idle for iv in complement(gaps, a, b)]
         out["segments"] = sorted([["busy", a, b] for a, b in busy_on] + [["input gap", a, b] for a, b in gaps] +
                                  [["other idle", a, b] for a, b in other], key=lambda seg: seg[1])
     return out
+
+
+def input_source(t, input_scope=None):
+    """Where the step waits for input: --input-scope when given, else the input/next_batch scope, else the
+    DataLoader's own annotation. Returns ({"name", "kind", "null_reason"}, merged slices or None)."""
+    if input_scope:
+        if t.scopes.get(input_scope) or t.named.get(input_scope):
+            return ({"name": input_scope, "kind": "--input-scope", "null_reason": None},
+                    union(t.scopes.get(input_scope) or t.named[input_scope]))
+        return ({"name": input_scope, "kind": "--input-scope",
+                 "null_reason": f"no user annotation named {input_scope!r} in the trace"}, None)
+    if t.scopes.get(NEXT_BATCH):
+        return {"name": NEXT_BATCH, "kind": "scope", "null_reason": None}, union(t.scopes[NEXT_BATCH])
+    if t.loader:
+        return ({"name": LOADER_PREFIX + "...__next__", "kind": "DataLoader annotation", "null_reason": None},
+                union(t.loader))
+    return {"name": None, "kind": None, "null_reason": NO_INPUT}, None
 
 
 def work_figures(mine, runtime, kernels_all):
@@ -536,9 +563,10 @@ def gpu_slots(steps, by_step):
     return slots, None
 
 
-def summarize_events(events, name="trace", lanes=False):
+def summarize_events(events, name="trace", lanes=False, input_scope=None):
     """The evidence of one trace (see the module's docstring). lanes: each step also carries its lanes for a
     picture ({"cpu": [[scope, start, end]], "gpu": [[kind, start, end]] or None}, trace microseconds).
+    input_scope: the name of the reader's own record_function around fetching a batch (see input_source).
     """
     t = extract(events)
     if not t.steps:
@@ -546,25 +574,31 @@ def summarize_events(events, name="trace", lanes=False):
     has_gpu = bool(t.gpu)
     by_step, runtime_by_step, before, outside, by_clock, launch_time = attribute(t)
     scopes = {n: union(t.scopes.get(n, [])) for n in SCOPES}
+    present = {n for n in SCOPES if t.scopes.get(n)}
+    source, inputs = input_source(t, input_scope)
+    drawn_input = None if source["kind"] == "scope" else inputs  # drawn beside the scopes when not one of them
     busy_all = Busy(t.gpu, launch_time)
     kernels_all = union([[s, e] for k, s, e, _, _, _ in t.gpu if k == "kernel"])
     walls = [b - a for _, a, b in t.steps]
     window_cpu = [[a, b] for _, a, b in t.steps]
     crossing = crossing_slices(t.threads)
-    evidence = {"trace": name, "has_gpu": has_gpu, "notes": [], "caveat": CAVEAT,
+    evidence = {"trace": name, "has_gpu": has_gpu, "notes": [], "caveat": CAVEAT, "input_source": source,
+                "scopes_present": [n for n in SCOPES if n in present],
                 "crossing_slices": {"count": sum(crossing.values()),
                                     "by_thread": {f"{p}/{tid}": n for (p, tid), n in crossing.items()},
                                     "note": "slices that cross another on the same thread; Perfetto v57.1 "
                                             "or later shows them, older versions drop them"}}
-    cpu_figs = lambda span: {"wall_us": sum(b - a for a, b in span),
-                             "scopes_cpu_us": {n: total(intersect(scopes[n], span)) for n in SCOPES}}
+    cpu_figs = lambda span: {  # noqa: E731  a scope absent from the trace is null, never 0
+        "wall_us": sum(b - a for a, b in span),
+        "scopes_cpu_us": {n: total(intersect(scopes[n], span)) if n in present else None for n in SCOPES},
+        "input_cpu_us": total(intersect(inputs, span)) if inputs is not None else None}
     if not has_gpu:
         nulls = dict(gpu_idle_share=None, input_gap_share=None, gpu_work_us=None, gpu_span_us=None,
                      gpu_null_reason=NO_GPU)
         per_step = [{"step": num, **cpu_figs([[a, b]]), "pace_us": b - a, **nulls} for num, a, b in t.steps]
         if lanes:
             for step, (_, a, b) in zip(per_step, t.steps):
-                step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(scopes, a, b), "gpu": None}
+                step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(scopes, a, b, drawn_input), "gpu": None}
         window = {**cpu_figs(window_cpu), "pace_us": sum(walls), **nulls,
                   "steps": len(t.steps), "median_step_us": statistics.median(walls)}
         evidence.update(gpu_idle_share=None, input_gap_share=None, cpu_runs_ahead=False, idle_basis=None,
@@ -594,8 +628,8 @@ def summarize_events(events, name="trace", lanes=False):
                 annotations[(num, ann_name)] += e - s
 
     def views(cpu_span, gpu_span, lanes=False):
-        cpu = idle_figures(busy_all, cpu_span, scopes, lanes)
-        gpu = idle_figures(busy_all, gpu_span, scopes, lanes) if gpu_span else None
+        cpu = idle_figures(busy_all, cpu_span, scopes, inputs, lanes)
+        gpu = idle_figures(busy_all, gpu_span, scopes, inputs, lanes) if gpu_span else None
         return {"cpu_steps": cpu, "gpu_timeline": gpu}
 
     def fill(out, v, reason):
@@ -626,7 +660,7 @@ def summarize_events(events, name="trace", lanes=False):
         step["gpu_span_null_reason"] = None if slot else (reason or "this step launched no GPU work")
         v = views([[a, b]], [slot] if slot else [], lanes)
         if lanes:
-            step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(scopes, a, b),
+            step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(scopes, a, b, drawn_input),
                              "gpu": v[basis]["segments"] if v[basis] else None}
             for view in v.values():
                 if view:
@@ -679,13 +713,16 @@ def summarize_events(events, name="trace", lanes=False):
     return evidence
 
 
-def summarize_file(path, lanes=False):
-    return summarize_events(iter_events(path), name=path, lanes=lanes)
+def summarize_file(path, lanes=False, input_scope=None):
+    return summarize_events(iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
 
 
-def cpu_lane(scopes, a, b):
-    """The four scopes' slices inside one step [a, b), as [scope, start, end], sorted."""
-    return sorted(([n, s, e] for n in SCOPES for s, e in intersect(scopes[n], [[a, b]])), key=lambda x: x[1])
+def cpu_lane(scopes, a, b, inputs=None):
+    """The four scopes' slices inside one step [a, b), as [scope, start, end], sorted; inputs: an input
+    source that is not one of them (the DataLoader's annotation, --input-scope), drawn as "input"."""
+    lane = [[n, s, e] for n in SCOPES for s, e in intersect(scopes[n], [[a, b]])]
+    lane += [["input", s, e] for s, e in intersect(inputs or [], [[a, b]])]
+    return sorted(lane, key=lambda x: x[1])
 
 
 def headline(evidences):
@@ -719,7 +756,11 @@ def headline(evidences):
     pace = sum(w["pace_us"] for w in windows)
     idle = sum(w["gpu_idle_us"] for w in windows)
     out["gpu_idle_share"] = idle / pace if pace else None
-    out["input_gap_share"] = sum(w["input_gap_us"] for w in windows) / idle if idle else 0.0
+    gap = _sum(windows, lambda w: w["input_gap_us"])
+    if gap is None:
+        out["null_reasons"]["input_gap_share"] = "; ".join(dict.fromkeys(
+            (ev.get("input_source") or {}).get("null_reason") or NO_INPUT for ev in evidences))
+    out["input_gap_share"] = None if gap is None else (gap / idle if idle else 0.0)
     spans = [w["gpu_span_null_reason"] for w in windows if w["gpu_span_null_reason"]]
     if spans:
         out["null_reasons"]["gpu_span_ms_per_step"] = out["null_reasons"]["gpu_work_ms_per_step"] = \
@@ -758,9 +799,8 @@ STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for i
     "busy": ("GPU compute", "the GPU is busy for {p} of the step",
              "make the GPU's work cheaper or larger (those of --amp bf16, --channels-last, --compile default "
              "not yet on, or a larger batch), then measure with mode=bench"),
-    NEXT_BATCH: ("waiting for input", "the GPU sits idle while input/next_batch runs for {p} of the step "
-                                      "(the input gap)",
-                 "more DataLoader workers within the job's CPUs (-P workers=4), then measure with mode=bench"),
+    "input": ("waiting for input", "the GPU sits idle while {source} runs for {p} of the step (the input gap)",
+              "more DataLoader workers within the job's CPUs (-P workers=4), then measure with mode=bench"),
     "input/to_device": ("copying input to the GPU", "the GPU sits idle while input/to_device runs for {p} of the step",
                         "a side-stream copy (--prefetch-stream) or --gpu-input, then measure with mode=bench"),
     "train/forward_backward": ("host-side launch overhead",
@@ -777,11 +817,13 @@ STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for i
     "queued": ("GPU-side gaps", "the GPU sits idle with work queued for {p} of the step",
                "look for synchronizations in the trace (the sync calls row)"),
 }
-CPU_STAGES = {NEXT_BATCH: ("waiting for input", STAGES[NEXT_BATCH][2]),
+CPU_STAGES = {"input": ("waiting for input", STAGES["input"][2]),
               "input/to_device": ("copying input", "look at the copy's CPU cost in the trace"),
               "train/forward_backward": ("CPU compute (forward and backward)",
                                          "profile on a GPU to see what the GPU would do"),
-              "train/optimizer": ("the optimizer", "--fused-sgd, or profile on a GPU")}
+              "train/optimizer": ("the optimizer", "--fused-sgd, or profile on a GPU"),
+              OUTSIDE_SCOPES: ("CPU work outside the input", "add the four scopes to the loop to tell it apart")}
+HOST_SCOPES = SCOPES[1:]  # the scopes after the input: a GPU wait inside them is no input wait
 GPU_BOUND_AT = 0.5  # busy for at least this share of the step: GPU compute holds it; else what the GPU waits for
 CLOSE = 0.10  # a runner-up within this share of the step is named beside the stage
 
@@ -790,12 +832,25 @@ def _pct(x):
     return f"{100 * x:.0f}%"
 
 
+def _sum(parts, get):
+    """The parts' total of a figure, or None when any part lacks it."""
+    values = [get(p) for p in parts]
+    return None if None in values else sum(values)
+
+
+def _source(evidences):
+    names = {(ev.get("input_source") or {}).get("name") for ev in evidences}
+    return names.pop() if len(names) == 1 else None
+
+
 def verdict(evidences, parts=None):
     """The stage that holds the step, with its share of the step and the figure that shows it.
 
     evidences: one trace's evidence or several; parts: the figure dicts to pool (default: each trace's
     window; profile mode passes the headline's steps). Returns {"stage", "part", "share", "runner_up",
     "sentence", "next"}; stage is None, and the sentence says why, where the figures cannot tell.
+    The input part comes from the trace's input source (input_source): the input/next_batch scope, the
+    DataLoader's own annotation, or --input-scope; without one, no input verdict is given.
     """
     if isinstance(evidences, dict):
         evidences = [evidences]
@@ -806,18 +861,26 @@ def verdict(evidences, parts=None):
         out["sentence"] = (f"Too short to tell: {steps} profiled step; a verdict needs two or more, so that one "
                            "slow step is not read as the pattern.")
         return out
+    source = _source(evidences)
+    named = f"the input ({source})" if source and source != NEXT_BATCH else NEXT_BATCH
+    has_scopes = all(set(SCOPES) <= set(ev.get("scopes_present", SCOPES)) for ev in evidences)
     wall = sum(p["wall_us"] for p in parts)
-    cpu = {n: sum(p["scopes_cpu_us"].get(n, 0.0) for p in parts) for n in SCOPES}
-    has_scopes = any(cpu.values())
+    cpu = {"input": _sum(parts, lambda p: p.get("input_cpu_us", p["scopes_cpu_us"].get(NEXT_BATCH)))}
+    if has_scopes:
+        cpu.update({n: _sum(parts, lambda p: p["scopes_cpu_us"][n]) for n in HOST_SCOPES})
+    elif cpu["input"] is not None:
+        cpu[OUTSIDE_SCOPES] = wall - cpu["input"]
+    cpu = {k: v for k, v in cpu.items() if v is not None}
     if not all(ev["has_gpu"] for ev in evidences):
-        if not has_scopes:
-            out["sentence"] = ("Cannot tell: a CPU-only trace without the four scopes shows neither GPU tracks "
-                               "nor where the CPU's time goes.")
+        if not cpu:
+            out["sentence"] = (f"Cannot tell: a CPU-only trace without the four scopes or an input source shows "
+                               f"neither GPU tracks nor where the CPU's time goes ({NO_INPUT}).")
             return out
         part = max(cpu, key=cpu.get)
         stage, nxt = CPU_STAGES[part]
         out.update(stage=stage, part=part, share=cpu[part] / wall, next=nxt)
-        out["sentence"] = (f"{stage[0].upper()}{stage[1:]} holds the step: {part} takes {_pct(out['share'])} "
+        what = named if part == "input" else ("the rest of the step" if part == OUTSIDE_SCOPES else part)
+        out["sentence"] = (f"{stage[0].upper()}{stage[1:]} holds the step: {what} takes {_pct(out['share'])} "
                            "of the step's CPU time (a CPU-only trace has no GPU tracks: it cannot tell whether a "
                            f"GPU would wait). Next: {nxt}.")
         return out
@@ -826,16 +889,22 @@ def verdict(evidences, parts=None):
         out["sentence"] = f"Cannot tell which stage holds the step: {'; '.join(dict.fromkeys(map(str, missing)))}."
         return out
     pace = sum(p["pace_us"] for p in parts)
+    gap = _sum(parts, lambda p: p.get("input_gap_us"))
     shares = {"busy": sum(p["gpu_busy_us"] for p in parts) / pace}
-    for k in (*SCOPES, OUTSIDE_SCOPES):
-        shares[k] = sum(p["waits_by_scope_us"].get(k, 0.0) for p in parts) / pace
+    waited = sum(p["host_wait_us"] for p in parts)
+    host = {n: sum(p["waits_by_scope_us"].get(n, 0.0) for p in parts) for n in HOST_SCOPES} if has_scopes else {}
+    if gap is not None:
+        shares["input"] = gap / pace
+    shares.update({n: v / pace for n, v in host.items()})
+    shares[OUTSIDE_SCOPES] = max(0.0, waited - (gap or 0.0) - sum(host.values())) / pace
     shares["queued"] = max(0.0, sum(p["gpu_idle_us"] - p["host_wait_us"] for p in parts) / pace)
     idle_parts = [k for k in shares if k != "busy"]
     part = "busy" if shares["busy"] >= GPU_BOUND_AT else max(idle_parts, key=shares.get)
-    if not has_scopes and part != "busy":
-        out["sentence"] = (f"Cannot tell which stage holds the step: the GPU sits idle for "
-                           f"{_pct(1 - shares['busy'])} of it, but the trace carries none of the four scopes, so "
-                           "it cannot say whether the GPU waited for input or for launches.")
+    if part == OUTSIDE_SCOPES and not has_scopes:
+        out["sentence"] = (f"Cannot tell which stage holds the step: the GPU sits idle waiting for the host for "
+                           f"{_pct(shares[part])} of it outside the input, and the trace carries none of the four "
+                           "scopes, so it cannot say for what (add them to the loop: docs/EVIDENCE.md)."
+                           + ("" if gap is not None else f" No input figure: {NO_INPUT}."))
         return out
     stage, shows, nxt = STAGES[part]
     out.update(stage=stage, part=part, share=shares[part], next=nxt)
@@ -843,7 +912,7 @@ def verdict(evidences, parts=None):
     close = part != "busy" and shares[part] - shares[second] <= CLOSE and shares[second] > 0
     if close:
         out["runner_up"] = {"stage": STAGES[second][0], "part": second, "share": shares[second]}
-    detail = shows.format(p=_pct(shares[part]))
+    detail = shows.format(p=_pct(shares[part]), source=named)
     if close:
         detail += f", closely followed by {STAGES[second][0]} ({_pct(shares[second])})"
     if part != "busy":
@@ -851,6 +920,10 @@ def verdict(evidences, parts=None):
     elif shares[second] >= CLOSE:
         detail += f"; its largest wait is {STAGES[second][0]} ({_pct(shares[second])})"
     out["sentence"] = f"{stage[0].upper()}{stage[1:]} holds the step: {detail}. Next: {nxt}."
+    if gap is None:
+        out["sentence"] += f" No input figure: {NO_INPUT}."
+    elif source and source != NEXT_BATCH:
+        out["sentence"] += f" The input is read from {source}."
     return out
 
 
@@ -863,6 +936,7 @@ def _scope_ms(scope):
 ROWS = [  # label, getter, format
     ("step wall ms", lambda f: f["wall_us"] / 1e3, "{:.2f}"),
     *[(f"cpu {n} ms", (lambda n: lambda f: f["scopes_cpu_us"][n] / 1e3)(n), "{:.2f}") for n in SCOPES],
+    ("cpu input ms (input source)", lambda f: f["input_cpu_us"] / 1e3, "{:.2f}"),
     ("gpu busy ms", lambda f: f["gpu_busy_us"] / 1e3, "{:.2f}"),
     ("gpu idle ms", lambda f: f["gpu_idle_us"] / 1e3, "{:.2f}"),
     ("gpu idle share", lambda f: f["gpu_idle_share"], "{:.3f}"),
@@ -889,6 +963,7 @@ ROWS = [  # label, getter, format
 
 # The share-of-step column: the CPU scopes over the step's wall time, the GPU's parts over the step's basis span.
 SHARES = {**{f"cpu {n} ms": (lambda n: lambda f: f["scopes_cpu_us"][n] / f["wall_us"])(n) for n in SCOPES},
+          "cpu input ms (input source)": lambda f: f["input_cpu_us"] / f["wall_us"],
           "gpu busy ms": lambda f: f["gpu_busy_us"] / f["pace_us"],
           "gpu idle ms": lambda f: f["gpu_idle_us"] / f["pace_us"],
           "input gap ms": lambda f: f["input_gap_us"] / f["pace_us"]}
@@ -903,7 +978,9 @@ def mean_per_step(window):
         if m.get(k) is not None:
             m[k] = m[k] / n
     m["gpu_span_us"] = window.get("gpu_span_per_step_us")  # the mean complete slot: the last step has none
-    m["scopes_cpu_us"] = {k: v / n for k, v in window["scopes_cpu_us"].items()}
+    m["scopes_cpu_us"] = {k: None if v is None else v / n for k, v in window["scopes_cpu_us"].items()}
+    if m.get("input_cpu_us") is not None:
+        m["input_cpu_us"] = m["input_cpu_us"] / n
     if m.get("gpu_work_by_scope_us") is not None:
         m["gpu_work_by_scope_us"] = {k: v / n for k, v in window["gpu_work_by_scope_us"].items()}
     for group, keys in (("h2d", ("count", "bytes", "us", "overlapped_with_kernels_us")),
@@ -938,7 +1015,7 @@ def _table(header, rows):
 def format_table(evidences):
     """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
     parts = []
-    rows_used = ROWS if any(ev["has_gpu"] for ev in evidences) else ROWS[:1 + len(SCOPES)]
+    rows_used = ROWS if any(ev["has_gpu"] for ev in evidences) else ROWS[:2 + len(SCOPES)]
     if len(evidences) == 1:
         ev = evidences[0]
         cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("mean/step", mean_per_step(ev["window"]))]
@@ -964,6 +1041,12 @@ def format_table(evidences):
                   for i, ev in enumerate(evidences)]
     parts.append(_table(header, rows))
     for ev in evidences:
+        src = ev["input_source"]
+        parts.append(f"{ev['trace']}: " + (f"input read from {src['name']} ({src['kind']})" if src["name"] and
+                                           not src["null_reason"] else f"no input figures: {src['null_reason']}"))
+        absent = [n for n in SCOPES if n not in ev["scopes_present"]]
+        if absent:
+            parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
         if not ev["has_gpu"]:
             parts.append(f"{ev['trace']}: {NO_GPU}")
             continue
@@ -988,9 +1071,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="summarize.py", description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", help="PyTorch profiler Chrome traces (.json or .json.gz)")
     p.add_argument("--json", action="store_true", help="print one JSON object per trace, one per line")
+    p.add_argument("--input-scope", default=None, metavar="NAME",
+                   help="the record_function name your loop puts around fetching a batch, read as the input "
+                        "stage (default: input/next_batch if the trace has it, else the DataLoader's own "
+                        "enumerate(DataLoader)#... annotation)")
     args = p.parse_args(argv)
     try:
-        evidences = [summarize_file(t) for t in args.traces]
+        evidences = [summarize_file(t, input_scope=args.input_scope) for t in args.traces]
     except TraceError as e:
         print(f"summarize.py: error: {e}", file=sys.stderr)
         return 1

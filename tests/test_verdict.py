@@ -72,15 +72,17 @@ def test_the_parts_a_verdict_weighs_add_up_to_the_step():
             assert part["gpu_busy_us"] + waits + queued == pytest.approx(part["pace_us"], abs=0.05)
 
 
-def figures(**over):
+def figures(scopes=summarize.SCOPES, **over):
+    waits = {summarize.NEXT_BATCH: 150.0, "input/to_device": 0.0, "train/forward_backward": 40.0,
+             "train/optimizer": 10.0, summarize.OUTSIDE_SCOPES: 0.0}
+    waits.update(over.pop("waits", {}))
     part = {"steps": 3, "wall_us": 300.0, "pace_us": 300.0, "gpu_busy_us": 60.0, "gpu_idle_us": 240.0,
-            "host_wait_us": 200.0, "gpu_null_reason": None,
-            "scopes_cpu_us": {n: 75.0 for n in summarize.SCOPES},
-            "waits_by_scope_us": {summarize.NEXT_BATCH: 150.0, "input/to_device": 0.0,
-                                  "train/forward_backward": 40.0, "train/optimizer": 10.0,
-                                  summarize.OUTSIDE_SCOPES: 0.0}}
+            "host_wait_us": 200.0, "gpu_null_reason": None, "input_gap_us": waits[summarize.NEXT_BATCH],
+            "scopes_cpu_us": {n: 75.0 if n in scopes else None for n in summarize.SCOPES},
+            "waits_by_scope_us": waits}
     part.update(over)
-    return {"has_gpu": True, "window": part}
+    return {"has_gpu": True, "window": part, "scopes_present": list(scopes),
+            "input_source": {"name": summarize.NEXT_BATCH, "kind": "scope", "null_reason": None}}
 
 
 def test_a_verdict_is_never_given_where_its_figure_is_null():
@@ -90,18 +92,22 @@ def test_a_verdict_is_never_given_where_its_figure_is_null():
     assert v["sentence"].startswith("Cannot tell") and "no GPU work was launched" in v["sentence"]
     v = summarize.verdict(figures(steps=1))
     assert v["stage"] is None and v["sentence"].startswith("Too short")
-    v = summarize.verdict(figures(scopes_cpu_us={n: 0.0 for n in summarize.SCOPES}))
-    assert v["stage"] is None and "none of the four scopes" in v["sentence"]
+    ev = figures(scopes=(), input_gap_us=None, host_wait_us=200.0)
+    ev["input_source"] = {"name": None, "kind": None, "null_reason": summarize.NO_INPUT}
+    v = summarize.verdict(ev)
+    assert v["stage"] is None and "none of the four" in v["sentence"] and summarize.NO_INPUT in v["sentence"]
     v = summarize.verdict(figures())
     assert v["stage"] == "waiting for input" and v["share"] == pytest.approx(0.5)
 
 
 def test_a_close_runner_up_is_named_and_a_busy_gpu_wins_from_half_the_step():
-    v = summarize.verdict(figures(waits_by_scope_us={summarize.NEXT_BATCH: 100.0, "train/forward_backward": 90.0}))
+    v = summarize.verdict(figures(waits={summarize.NEXT_BATCH: 100.0, "train/forward_backward": 90.0,
+                                         "train/optimizer": 0.0}, host_wait_us=190.0))
     assert v["stage"] == "waiting for input" and v["runner_up"]["stage"] == "host-side launch overhead"
     assert "closely followed by host-side launch overhead" in v["sentence"]
     v = summarize.verdict(figures(gpu_busy_us=150.0, gpu_idle_us=150.0, host_wait_us=150.0,
-                                  waits_by_scope_us={summarize.NEXT_BATCH: 150.0}))
+                                  waits={summarize.NEXT_BATCH: 150.0, "train/forward_backward": 0.0,
+                                         "train/optimizer": 0.0}))
     assert v["stage"] == "GPU compute" and v["share"] == pytest.approx(0.5)
 
 
@@ -257,3 +263,64 @@ def test_rank_figures_carry_the_rows_each_rank_draws(tmp_path):
     one = tmp_path / "one.png"
     stepview.draw_groups([("rank 0 ", fig["drawn"][0]["rows"])], str(one), "one rank", "said", True, True)
     assert png_size(tmp_path / "r.png")[1] > png_size(one)[1], "a lane pair per rank and step"
+
+
+def own_loop_trace(tmp_path, workers=0, loader=True, delay_s=0.1):
+    """A trace of a reader's own training loop: no four scopes, the profiler's schedule, a small model."""
+    import time
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, i):
+            time.sleep(delay_s)  # a slow transform
+            return torch.randn(8), i % 2
+
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = iter(torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=workers)) if loader else None
+    path = str(tmp_path / f"own-{workers}-{loader}.pt.trace.json")
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
+                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+        for _ in range(5):
+            x, y = next(batches) if loader else (torch.randn(2, 8), torch.tensor([0, 1]))
+            if not loader:
+                time.sleep(2 * delay_s)  # work that is no input
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    return path
+
+
+def test_a_loop_without_the_scopes_reads_its_input_from_the_dataloader_annotation(tmp_path):
+    """A slow single-process loader in the reader's own loop: the input comes out high, from the DataLoader's
+    own annotation, and the output says so; absent scopes read n/a, never 0."""
+    ev = summarize.summarize_file(own_loop_trace(tmp_path))
+    assert ev["input_source"]["kind"] == "DataLoader annotation" and ev["scopes_present"] == []
+    w = ev["window"]
+    assert w["input_cpu_us"] / w["wall_us"] > 0.5, "two 100 ms items a step dominate a tiny model's step"
+    assert all(v is None for v in w["scopes_cpu_us"].values()), "an absent scope is null, never 0"
+    assert ev["verdict"]["stage"] == "waiting for input" and "DataLoader" in ev["verdict"]["sentence"]
+    text = summarize.format_table([ev])
+    assert "input read from enumerate(DataLoader)#" in text
+    assert next(line for line in text.splitlines() if line.startswith("cpu input/next_batch ms")).split()[-1] == "n/a"
+
+
+def test_a_multiprocess_loader_is_found_too(tmp_path):
+    ev = summarize.summarize_file(own_loop_trace(tmp_path, workers=1, delay_s=0.002))
+    assert ev["input_source"]["kind"] == "DataLoader annotation" and ev["window"]["input_cpu_us"] is not None
+
+
+def test_a_loop_without_a_dataloader_gets_null_input_figures_with_the_reason(tmp_path):
+    path = own_loop_trace(tmp_path, loader=False)
+    ev = summarize.summarize_file(path)
+    assert ev["input_source"]["null_reason"] == summarize.NO_INPUT
+    assert ev["window"]["input_cpu_us"] is None and ev["verdict"]["stage"] is None
+    assert "cannot be told" in ev["verdict"]["sentence"]
+    named = summarize.summarize_file(path, input_scope="no such scope")
+    assert "no user annotation named 'no such scope'" in named["input_source"]["null_reason"]

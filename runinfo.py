@@ -10,6 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+
+import overview
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OFFLINE_ROOT = os.path.join(HERE, ".polyaxon-offline")
@@ -204,8 +207,9 @@ def comparable_facts(environment, budget):
 
 # --------------------------------------------------------------------------- files
 
-def write_atomic(path, data):
-    """Write bytes or text to path through a temp file and a rename: never a half-written file."""
+def write_atomic(path, data, replace=True):
+    """Write bytes or text to path through a temp file and a rename: never a half-written file.
+    replace=False: a file already at path is kept (a hard link, which fails where one exists)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".partial-{os.getpid()}-{os.path.basename(path)}")
@@ -215,7 +219,18 @@ def write_atomic(path, data):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            except OSError:  # a filesystem without hard links: a rename, unless another writer came first
+                if not os.path.exists(path):
+                    os.replace(tmp, path)
+            if os.path.exists(tmp):
+                os.remove(tmp)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -326,7 +341,24 @@ def start_tracking(name, tags):
     else:
         tracking.init(is_offline=True, project=PROJECT, name=name, tags=tags,
                       track_code=False, track_env=False, collect_resources=False)
+        # <root>/runs/<uuid>: the project's record goes beside runs/, under <root>/projects/.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(tracking.get_artifacts_path())))
+        write_project_record(root, tracking.TRACKING_RUN.owner, PROJECT)
     return tracking
+
+
+def write_project_record(root, owner, project):
+    """ROOT/projects/PROJECT/project.plx.json, the record Polyaxon's viewer (`haupt viewer --path ROOT`) lists
+    the project from: offline tracking writes only the runs. Written once, by the first run; never replaced."""
+    path = os.path.join(root, "projects", project, "project.plx.json")
+    if not os.path.exists(path):
+        from datetime import datetime, timezone
+        now = datetime.now(timezone.utc).isoformat()
+        record = {"uuid": uuid.uuid5(uuid.NAMESPACE_URL, f"polyaxon-offline/{owner}/{project}").hex,
+                  "name": project, "owner": owner, "created_at": now, "updated_at": now,
+                  "description": "train.py's runs on this machine, tracked offline: profile and bench"}
+        write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n", replace=False)
+    return path
 
 
 class RunRecord:
@@ -381,10 +413,21 @@ class RunRecord:
         for step, value in sorted(values.items()):
             self.tracking.log_metrics(step=step, **{name: value})
 
+    def tell(self, description, readme):
+        """The run's one-line description and its readme (the overview panel of its page in Polyaxon's UI),
+        set before end(). A server that refuses them is warned about; the run's files stand either way."""
+        try:
+            self.tracking.set_description(description, async_req=False)
+            self.tracking.set_readme(readme, async_req=False)
+        except Exception as e:  # the client raises its ApiException, or a connection error
+            print(f"warning: the Polyaxon server did not take the run's readme ({type(e).__name__}: "
+                  f"{(str(e).splitlines() or [''])[0][:200]})", file=sys.stderr)
+
     def succeeded(self, outputs):
         self.data.update(status="succeeded", finished_at=self._now(),
                          artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged] + ["run.json"])
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
+        self.tell(*overview.succeeded(self.data, self.out_dir))
         # Synchronous: the last outputs must reach Polyaxon before end() stops the client. A server that
         # refuses the request is asked again; the run's files are written whatever it answers.
         for attempt in range(3):
@@ -408,6 +451,7 @@ class RunRecord:
                          stopped={"signal": stop.signal_name, "phase": stop.phase,
                                   "steps_completed_in_phase": stop.steps_done})
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
+        self.tell(*overview.ended(self.data))
         self.tracking.log_stopped(reason=stop.signal_name, message=str(stop))
         self.tracking.end()
 
@@ -416,6 +460,7 @@ class RunRecord:
         if trace:
             self.data["traceback"] = trace
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
+        self.tell(*overview.ended(self.data))
         self.tracking.log_failed(reason=type(error).__name__, message=str(error)[:2000])
         self.tracking.end()
 
@@ -436,6 +481,12 @@ class _NoTracking:
         pass
 
     def log_stopped(self, **_):
+        pass
+
+    def set_description(self, *_, **__):
+        pass
+
+    def set_readme(self, *_, **__):
         pass
 
     def end(self):

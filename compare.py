@@ -479,7 +479,7 @@ def fmt_p(p):
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
-def markdown_table(table):
+def markdown_table(table, links_from=None):
     out = io.StringIO()
     out.write("| group | n | median samples/s | min | max | spread | ratio of medians | min/max bounds | pairs "
               "| paired ratio: median (range) | sign test p | verdict |\n" + "|---" * 12 + "|\n")
@@ -560,7 +560,8 @@ def markdown_table(table):
         for g in evidence:
             e = g["evidence"]
             if e.get("verdict") or e.get("pictures"):
-                shown = ", ".join(f"[{os.path.basename(p)}]({p})" for p in e["pictures"])
+                shown = ", ".join(f"[{os.path.basename(p)}]({os.path.relpath(p, links_from or os.curdir)})"
+                                  for p in e["pictures"])
                 out.write(f"\n- {g['group']}: {e.get('verdict') or 'no verdict recorded'}"
                           + (f" Step pictures: {shown}" if shown else "") + "\n")
         first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
@@ -573,11 +574,13 @@ def markdown_table(table):
     return out.getvalue()
 
 
-def markdown(result):
+def markdown(result, links_from=None):
+    """The tables as Markdown; links_from: the folder the file will lie in, which links are relative to
+    (default: the current folder)."""
     out = io.StringIO()
     for i, table in enumerate(result["tables"]):
         out.write(f"{'' if i == 0 else chr(10)}Machine: {table['machine_label']}\n\n")
-        out.write(markdown_table(table))
+        out.write(markdown_table(table, links_from))
     for w in result["warnings"]:
         out.write(f"\nWARNING: {w}\n")
     if result["left_out"]:
@@ -670,7 +673,7 @@ def write_outputs(result, out_dir):
     Returns the written paths and a note (None, or why the picture is missing).
     """
     os.makedirs(out_dir, exist_ok=True)
-    texts = {"markdown": ("comparison.md", markdown(result)), "csv": ("comparison.csv", csv_text(result)),
+    texts = {"markdown": ("comparison.md", markdown(result, out_dir)), "csv": ("comparison.csv", csv_text(result)),
              "json": ("comparison.json", json_text(result))}
     staged, note = {}, None
 

@@ -490,6 +490,9 @@ def write_evidence(cycles, capture):
                          for d in cycles if d.get("dump_before_step") is not None]}
     for c in cycles:
         evidence = evidences[c["cycle"]]
+        evidence["verdict"] = profiler_caveat(tailor_next(evidence["verdict"], capture.get("on")), [evidence["window"]], {
+            "profiler_distortion": ratio, "profiler_distortion_se": se, "profiler_distortion_df": df,
+            "unprofiled_step_ms": unprofiled_ms})
         if c["refilled_by"] and evidence["verdict"]["stage"]:
             evidence["verdict"]["sentence"] += (" This cycle followed a pause that refilled the loader's queues: "
                                                 "its input waits may be understated.")
@@ -507,25 +510,64 @@ def write_evidence(cycles, capture):
         c["evidence"] = summarize.headline(evidence)
         c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
     head["distortion_sentence"] = account["distortion_sentence"]
-    head["verdict"] = headline_verdict(head, [evidences[k] for k in chosen], picked)
+    shown = [s for _, s in picked] if picked else [evidences[k]["window"] for k in chosen]
+    inputs = summarize._sum(shown, lambda p: p.get("input_cpu_us"))
+    head["input_cpu_share"] = inputs / sum(p["wall_us"] for p in shown) if inputs is not None else None
+    head["verdict"] = headline_verdict(head, [evidences[k] for k in chosen], picked, capture.get("on"))
     print(f"profile: verdict: {head['verdict']['sentence']}", file=sys.stderr)
     return head
 
 
-def headline_verdict(head, evidences, picked):
-    """summarize.verdict over the headline's cycles (or steps), told where the capture limits it: no verdict on
-    input waits a refill may hide, and the profiler's slow-down of the host side said beside it."""
+def headline_verdict(head, evidences, picked, on=None):
+    """summarize.verdict over the headline's cycles (or steps), told where the capture limits it: no verdict
+    where a refill may hide the input waits, and the profiler's slow-down weighed (profiler_caveat)."""
     if head["null_reasons"].get("input_wait"):
         return {"stage": None, "part": None, "share": None, "runner_up": None, "next": None,
-                "sentence": f"Cannot tell whether waiting for input holds the step: "
-                            f"{head['null_reasons']['input_wait']}."}
-    v = summarize.verdict(evidences, [s for _, s in picked] if picked else None)
-    ratio, se = head.get("profiler_distortion"), head.get("profiler_distortion_se")
-    shown = ratio and (ratio - t975(head.get("profiler_distortion_df")) * se > 1 if se else ratio > DISTORTION_NOTE_AT)
-    if v["stage"] and shown:
-        v["sentence"] += (f" The profiler made these steps {ratio:.2f}x as long as unprofiled ones: the shares "
-                          "are of the profiled step, and mode=bench measures the change.")
-    return v
+                "sentence": f"Cannot tell which stage holds the step: {head['null_reasons']['input_wait']}."}
+    parts = [s for _, s in picked] if picked else [ev["window"] for ev in evidences]
+    return profiler_caveat(tailor_next(summarize.verdict(evidences, parts if picked else None), on), parts, head)
+
+
+def profiler_caveat(v, parts, head):
+    """The verdict with the profiler's slow-down weighed, where its 95% interval excludes none.
+
+    The profiler slows the host side, so the GPU's waits for the host grow in the profiled steps while its
+    busy time does not. When the GPU's busy time per step would fill GPU_BOUND_AT of the unprofiled step,
+    the profiled waits may be the profiler's own: the stage is withheld (profiled_stage keeps it) and the
+    sentence says both readings."""
+    ratio, se, unprofiled = (head.get(k) for k in ("profiler_distortion", "profiler_distortion_se",
+                                                   "unprofiled_step_ms"))
+    if not (v["stage"] and ratio and unprofiled):
+        return v
+    if not (ratio - t975(head.get("profiler_distortion_df")) * se > 1 if se else ratio > DISTORTION_NOTE_AT):
+        return v
+    steps = sum(p.get("steps", 1) for p in parts)
+    busy = [p.get("gpu_busy_us") for p in parts]
+    busy_ms = None if None in busy else sum(busy) / steps / 1e3
+    if v["part"] != "busy" and busy_ms is not None and busy_ms / unprofiled >= summarize.GPU_BOUND_AT:
+        said = v["sentence"].split(" Next: ")[0]
+        v = {**v, "profiled_stage": v["stage"], "stage": None, "part": None, "share": None, "next": None,
+             "unprofiled_busy_share": busy_ms / unprofiled}
+        v["sentence"] = (f"Uncertain: {said[0].lower()}{said[1:]} in the profiled steps, but the profiler made them "
+                         f"{ratio:.2f}x as long; at the unprofiled pace ({unprofiled:.2f} ms) the GPU's "
+                         f"{busy_ms:.2f} ms of work would fill {100 * busy_ms / unprofiled:.0f}% of the step, where "
+                         "GPU compute holds it. mode=bench, against a change, decides.")
+        return v
+    return {**v, "sentence": v["sentence"] + f" The profiler made these steps {ratio:.2f}x as long as unprofiled "
+                                            "ones: the shares are of the profiled step."}
+
+
+LEVERS = (("--amp bf16", lambda on: on.get("amp") == "bf16"), ("--channels-last", lambda on: on.get("channels_last")),
+          ("--compile default", lambda on: on.get("compile") not in (None, "off")))
+
+
+def tailor_next(v, on):
+    """GPU compute's next step in this run's terms: the options not yet on, and a larger batch."""
+    if v.get("part") != "busy" or on is None:
+        return v
+    levers = [flag for flag, is_on in LEVERS if not is_on(on)] + ["a larger --batch-size"]
+    nxt = f"make the GPU's work cheaper or larger ({', '.join(levers)}), then measure with mode=bench"
+    return {**v, "next": nxt, "sentence": v["sentence"].replace(f"Next: {v['next']}.", f"Next: {nxt}.")}
 
 
 def draw_cycle(c, evidence):

@@ -3,7 +3,8 @@
     python stepview.py TRACE [--out PICTURE.png]
 
 For each step, two lanes: the CPU's four scopes, and the GPU's busy time and idle time (idle split into
-the input gap, when the GPU waited while input/next_batch ran, and other idle). Each lane starts at its
+the input gap, when the GPU waited while input/next_batch ran; the other waits for the host, when the work
+that ended the idle was launched after it began; other idle, with work queued). Each lane starts at its
 own zero: the CPU lane at the step's start, the GPU lane at the start of the span its figures are read on
 (the CPU's step while the GPU keeps up; the step's own GPU slot when the CPU runs ahead). Every length
 comes from summarize.py's figures for that step; the verdict is in the title. Profile mode draws one per
@@ -20,7 +21,7 @@ import summarize
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
 
 COLOURS = {NEXT_BATCH: "#d62728", "input": "#d62728", TO_DEVICE: "#ff7f0e", FORWARD_BACKWARD: "#1f77b4", OPTIMIZER: "#9467bd",
-           "busy": "#2ca02c", "input gap": "#d62728", "other idle": "#d9d9d9"}
+           "busy": "#2ca02c", "input gap": "#d62728", "waiting for the host": "#8c8c8c", "other idle": "#d9d9d9"}
 NO_MATPLOTLIB = "matplotlib is not installed: no step picture was drawn (pip install matplotlib)"
 
 
@@ -105,13 +106,14 @@ def draw_groups(groups, path, title, said, has_gpu, gpu_slots):
     if "input" in drawn:
         legend.insert(0, Patch(facecolor=COLOURS["input"], label="input (DataLoader annotation or --input-scope)"))
     if has_gpu:
-        legend += [Patch(facecolor=COLOURS[k], label=f"GPU {k}") for k in ("busy", "input gap", "other idle")]
-    fig.legend(handles=legend, loc="lower center", ncol=7, fontsize=8, frameon=False)
+        legend += [Patch(facecolor=COLOURS[k], label=f"GPU {k}")
+                   for k in ("busy", "input gap", "waiting for the host", "other idle")]
+    fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=8, frameon=False)
     wrapped = "\n".join(textwrap.wrap(said, 130))
     ax.set_title(f"{title}\n{wrapped}", fontsize=9, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".partial-{os.getpid()}-{os.path.basename(path)}")
     try:
         fig.savefig(tmp, dpi=110, format="png")

@@ -3,6 +3,7 @@
     python summarize.py TRACE                 # one trace: per-step table and the window
     python summarize.py A B                   # two traces side by side, with the ratio B/A
     python summarize.py TRACE [TRACE ...] --json
+    python summarize.py TRACE --input-scope NAME   # your own loop: the record_function around fetching a batch
 
 TRACE is a PyTorch profiler Chrome trace (.json or .json.gz), e.g. what train.py
 --mode profile writes under outputs/traces. It is read as a stream: memory grows with
@@ -39,10 +40,17 @@ Definitions (all times in microseconds of the trace's own clock):
   gpu_timeline: when the CPU runs ahead of the GPU (cpu_runs_ahead: the window's work ends more than
     a median step after its CPU end, or it needs more GPU time than the CPU took), clipping to the
     CPU's steps describes the CPU's pace, not the GPU's: busy and idle are measured over gpu_span.
-  gpu_idle_share = idle / basis span; input_gap = idle time that overlaps an input/next_batch slice;
-  input_gap_share = input_gap / idle. profiled_step_ms is the basis span per step: the CPU's step
-  while the GPU keeps up, the GPU's time per step when the CPU runs ahead.
+  gpu_idle_share = idle / basis span. host wait: the idle intervals that end with work launched after
+  they began (HTA's rule), split by the scope the CPU was in (waits_by_scope_us); the rest of the idle
+  time had work queued. input_gap = the host wait inside the input source's slices; input_gap_share =
+  input_gap / idle. profiled_step_ms is the basis span per step: the CPU's step while the GPU keeps up,
+  the GPU's time per step when the CPU runs ahead.
+- input source: input/next_batch when the trace has it, else the DataLoader's own annotation
+  (enumerate(DataLoader)#...__next__, in every trace of a DataLoader loop), else --input-scope NAME; with
+  none, the input figures are null with the reason. A scope absent from the trace is null, never 0.
 - per-step counts (kernels, copies, launches, syncs) follow the launching step too.
+- verdict: the stage that holds the step, in the tutorial's terms (see verdict()); a hypothesis to test
+  with mode=bench, never given where its figure is null.
 """
 
 import argparse
@@ -451,14 +459,15 @@ class Busy:
         self.starts = [s for s, _ in self.merged]
 
     def host_wait(self, idle):
-        """The parts of idle intervals during which the GPU waited for the host: the work that ends the idle
-        interval had not been launched yet (HTA's host wait). After the last GPU event: all of it."""
+        """The idle intervals during which the GPU waited for the host, whole, as HTA counts them: the work
+        that ends the interval was launched after the interval began (its launch latency included). After the
+        last GPU event: all of it. An interval ended by work launched before it began is GPU-side (queued)."""
         out = []
         for a, b in idle:
             i = bisect.bisect_left(self.starts, b)
             launch = self.opened_by[i] if i < len(self.starts) else float("inf")
             if launch > a:
-                out.append([a, min(b, launch)])
+                out.append([a, b])
         return out
 
 
@@ -487,10 +496,12 @@ def idle_figures(busy, span, scopes, inputs, lanes=False):
            "idle_share": idle_us / length if length else None, "host_wait_us": total(waiting),
            "waits_by_scope_us": waits, "input_gap_us": gap_us,
            "input_gap_share": None if gap_us is None else (gap_us / idle_us if idle_us else 0.0)}
-    if lanes:
-        other = [iv for a, b in idle for iv in complement(gaps, a, b)]
+    if lanes:  # idle drawn as the input gap, the other waits for the host, and idle with work queued
+        host = [iv for a, b in waiting for iv in complement(gaps, a, b)]
+        queued = [iv for a, b in idle for iv in complement(union(waiting), a, b)]
         out["segments"] = sorted([["busy", a, b] for a, b in busy_on] + [["input gap", a, b] for a, b in gaps] +
-                                 [["other idle", a, b] for a, b in other], key=lambda seg: seg[1])
+                                 [["waiting for the host", a, b] for a, b in host] +
+                                 [["other idle", a, b] for a, b in queued], key=lambda seg: seg[1])
     return out
 
 
@@ -797,8 +808,8 @@ def headline(evidences):
 # was in (the input gap is the wait inside input/next_batch); on a CPU-only trace, the four scopes' CPU time.
 STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for its share, what to try next)
     "busy": ("GPU compute", "the GPU is busy for {p} of the step",
-             "make the GPU's work cheaper or larger (those of --amp bf16, --channels-last, --compile default "
-             "not yet on, or a larger batch), then measure with mode=bench"),
+             "make the GPU's work cheaper or larger (bf16 autocast, channels-last, torch.compile, a larger "
+             "batch: see the candidate fixes), then measure with mode=bench"),
     "input": ("waiting for input", "the GPU sits idle while {source} runs for {p} of the step (the input gap)",
               "more DataLoader workers within the job's CPUs (-P workers=4), then measure with mode=bench"),
     "input/to_device": ("copying input to the GPU", "the GPU sits idle while input/to_device runs for {p} of the step",
@@ -915,11 +926,13 @@ def verdict(evidences, parts=None):
     detail = shows.format(p=_pct(shares[part]), source=named)
     if close:
         detail += f", closely followed by {STAGES[second][0]} ({_pct(shares[second])})"
-    if part != "busy":
-        detail += f"; the GPU is busy for {_pct(shares['busy'])}"
-    elif shares[second] >= CLOSE:
-        detail += f"; its largest wait is {STAGES[second][0]} ({_pct(shares[second])})"
-    out["sentence"] = f"{stage[0].upper()}{stage[1:]} holds the step: {detail}. Next: {nxt}."
+    if part == "busy":
+        if shares[second] >= CLOSE:
+            detail += f"; its largest wait is {STAGES[second][0]} ({_pct(shares[second])})"
+        out["sentence"] = f"GPU compute holds the step: {detail}. Next: {nxt}."
+    else:  # the GPU idles for more than half the step: the stage is what it waits for most
+        out["sentence"] = (f"The GPU idles for {_pct(1 - shares['busy'])} of the step, and {stage} is its largest "
+                           f"wait: {detail}. Next: {nxt}.")
     if gap is None:
         out["sentence"] += f" No input figure: {NO_INPUT}."
     elif source and source != NEXT_BATCH:

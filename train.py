@@ -237,7 +237,8 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
     evidence = profiling.write_evidence(save_trace.cycles, {
         **timing, "detail": args.profile_detail, "queue_depth": workers * (factor or 0), "workers": workers,
         "queue": f"{workers} workers x prefetch_factor {factor}" if workers else "no worker processes",
-        "device_input": loader["kind"] == "device"})
+        "device_input": loader["kind"] == "device",
+        "on": {k: getattr(args, k) for k in ("amp", "channels_last", "compile")}})  # the verdict's next step
     return {"evidence": evidence, **timing, "activities": [a.name for a in activities], "gpu_tracks": cuda,
             "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
             "schedule": SCHEDULE, "profile_detail": args.profile_detail,

@@ -16,6 +16,7 @@ with their error. Standard library only; compare.py judges repeats.
 import argparse
 import json
 import os
+import statistics
 import sys
 from datetime import datetime, timezone
 
@@ -143,36 +144,44 @@ def rate_of(r):
     return (r["plx"].get("outputs") or {}).get("samples_per_sec") or res.get("samples_per_sec")
 
 
-def workers_ratios(bench):
-    """Each bench job with workers > 0 against the workers=0 job of the same configuration and device, as
+def workers_ratios(bench, profile=()):
+    """The median rate of each workers setting against workers=0's, per configuration and device, as
     sentences: one job per setting is a first look; fewer CPUs than workers + 1 is said where it applies."""
     def key(r):
         s = dict(settings_of(r))
-        for k in ("workers", "repeat", "output_dir", "force_workers"):
+        for k in ("workers", "repeat", "output_dir", "force_workers", "mode", "profile_detail", "bench_steps",
+                  "trace_format"):
             s.pop(k, None)
         return json.dumps(s, sort_keys=True, default=str), device_of(r)
 
-    base = {}
+    profiles = [{"key": key(r), "workers": settings_of(r).get("workers") or 0,
+                 "evidence": (r["run"].get("results") or {}).get("evidence") or {}} for r in profile]
+    groups = {}
     for r in bench:
-        if settings_of(r).get("workers") == 0 and rate_of(r):
-            base.setdefault(key(r), []).append(r)
+        if rate_of(r):
+            groups.setdefault((key(r), settings_of(r).get("workers") or 0), []).append(r)
     out = []
-    for r in bench:
-        w, rate = settings_of(r).get("workers"), rate_of(r)
-        zero = base.get(key(r))
-        if not w or not rate or not zero:
+    for (k, w), runs in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1])):
+        zero = groups.get((k, 0))
+        if not w or not zero:
             continue
-        ref = rate_of(zero[0])
+        rate, ref = statistics.median(map(rate_of, runs)), statistics.median(map(rate_of, zero))
+        many = len(runs) > 1 or len(zero) > 1
         line = (f"bench: workers={w} ran at {rate / ref:.2f}x the samples/s of workers=0 ({rate:,.1f} vs "
-                f"{ref:,.1f}) on {device_of(r)}")
-        n = sum(1 for x in bench if key(x) == key(r) and settings_of(x).get("workers") == w)
-        if n == 1 and len(zero) == 1:
-            line += (". One job per setting is a first look, not a verdict: run make bench-alternating (6 pairs), "
-                     "then make compare")
-        cpus = ((r["run"].get("cpu_budget") or {}).get("cpus"))
-        if rate < ref and cpus is not None and cpus < w + 1:
-            line += (f". More workers can be slower here: the job has {cpus} CPUs, fewer than {w} workers plus the "
-                     "training process, so the workers take CPU time from the training step")
+                f"{ref:,.1f}{', medians of ' + str(len(runs)) + ' and ' + str(len(zero)) + ' jobs' if many else ''}) "
+                f"on {k[1]}")
+        line += (". Only compare.py's paired test over alternating repeats gives a verdict: make compare" if many else
+                 ". One job per setting is a first look, not a verdict: run make bench-alternating (6 pairs), "
+                 "then make compare")
+        cpus = (runs[0]["run"].get("cpu_budget") or {}).get("cpus")
+        if cpus is not None and cpus < w + 1:
+            line += (f". The job has {cpus} CPUs, fewer than {w} workers plus the training process: the workers "
+                     "take CPU time from the training step, so more workers can gain little or be slower")
+        share = next((p["evidence"]["input_cpu_share"] for p in profiles if p["key"] == k and p["workers"] == 0
+                      and p["evidence"].get("input_cpu_share") is not None), None)
+        if share is not None:
+            line += (f". At workers=0 the profiled step spent {share:.0%} of its time fetching input: more workers "
+                     "can save at most that")
         out.append(line + ".")
     return out
 
@@ -181,6 +190,11 @@ def verdict_of(r):
     evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
     v = evidence.get("verdict") or {}
     return v.get("sentence") or (r["plx"].get("outputs") or {}).get("verdict")
+
+
+def cycles_of(r):
+    chosen = (((r["run"] or {}).get("results") or {}).get("evidence") or {}).get("headline_cycles")
+    return f" (cycle{'s' if len(chosen) > 1 else ''} {' and '.join(map(str, chosen))})" if chosen else ""
 
 
 def pictures_of(r):
@@ -195,8 +209,8 @@ def report(runs):
     profile = [r for r in ok if settings_of(r).get("mode") == "profile"]
     others = [r for r in runs if r not in ok]
     out = []
-    answer = [f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}: {verdict_of(r)}"
-              for r in profile if verdict_of(r)] + workers_ratios(bench)
+    answer = [f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}{cycles_of(r)}: {verdict_of(r)}"
+              for r in profile if verdict_of(r)] + workers_ratios(bench, profile)
     if answer:
         out += ["the answer", *[f"  {line}" for line in answer], ""]
     if bench:
@@ -229,7 +243,7 @@ def report(runs):
             out += ["", "step pictures (each profiled cycle: the CPU's scopes and the GPU's busy and idle time):"]
             out += [f"  {r['uuid'][:8]} {configuration(settings_of(r))}: {p}" for r, p in pictures]
         out += ["",
-                f"traces to open at {PERFETTO}; per step: python summarize.py TRACE"]
+                f"traces to open at {PERFETTO}; per step: .venv/bin/python summarize.py TRACE"]
         for r in profile:
             out += [f"  {r['uuid'][:8]} {configuration(settings_of(r))}:"] + \
                    [f"    {p}" for p in trace_paths(r) or ["(none recorded)"]]

@@ -78,11 +78,12 @@ def test_idle_with_work_already_queued_is_no_input_gap():
               launch(1, 1), launch(2, 2), kernel(10, 10, correlation=1), kernel(30, 10, correlation=2),
               launch(60, 3), kernel(70, 10, correlation=3)]
     w = summarize.summarize_events(events)["window"]
-    # Idle: [0,10) waits for launch 1 at t=1 -> host wait [0,1); [20,30) is queued work (launch 2 at t=2);
-    # [40,70) waits for launch 3 at t=60 -> host wait [40,60); [80,100) after the last event: host wait.
+    # Idle: [0,10) ends with launch 1 at t=1, after it began -> host wait, whole (HTA's rule: the launch
+    # latency too); [20,30) is queued work (launch 2 at t=2); [40,70) ends with launch 3 at t=60 -> host wait;
+    # [80,100) after the last event: host wait.
     assert w["gpu_idle_us"] == 10 + 10 + 30 + 20
-    assert w["host_wait_us"] == 1 + 20 + 20
-    assert w["input_gap_us"] == 41
+    assert w["host_wait_us"] == 10 + 30 + 20
+    assert w["input_gap_us"] == 60
 
 
 def test_copy_overlapping_a_kernel():

@@ -327,6 +327,7 @@ class Trace:
         self.steps, self.scopes, self.scope_ids = [], defaultdict(list), {}
         self.loader, self.named = [], defaultdict(list)  # DataLoader annotations; every other user annotation
         self.gpu, self.runtime, self.annotations = [], [], []
+        self.comm = set()  # indices into gpu of the communication kernels (NCCL): GPU time, but no compute
         self.threads = defaultdict(lambda: (array("d"), array("d")))
 
 
@@ -374,6 +375,8 @@ def extract(events):
             else:
                 kind = "h2d" if "HtoD" in name else "memcpy"
             t.gpu.append((kind, s, e, args.get("stream"), args.get("correlation"), args.get("bytes", 0) or 0))
+            if kind == "kernel" and "nccl" in name.lower():
+                t.comm.add(len(t.gpu) - 1)
         elif cat in ("cuda_runtime", "cuda_driver"):
             t.runtime.append((names.setdefault(name, name), s, e, args.get("correlation")))
         elif cat == "gpu_user_annotation":
@@ -448,6 +451,7 @@ class Busy:
 
     def __init__(self, gpu, launch_time):
         self.merged, self.opened_by = [], []
+        self.compute = None  # the merged intervals of all but communication kernels, where the trace has those
         for ev in sorted(gpu, key=lambda ev: ev[1]):
             s, e = ev[1], ev[2]
             if self.merged and s <= self.merged[-1][1]:
@@ -492,7 +496,9 @@ def idle_figures(busy, span, scopes, inputs, lanes=False):
     waits[OUTSIDE_SCOPES] = max(0.0, total(waiting) - sum(waits.values()))
     gaps = intersect(waiting, inputs) if inputs is not None else []
     gap_us = total(gaps) if inputs is not None else None
-    out = {"span_us": length, "busy_us": total(busy_on), "idle_us": idle_us,
+    # Communication alone (NCCL kernels with no other GPU work beside them): busy, but waiting on other ranks.
+    comm_us = total(busy_on) - total(intersect(busy.compute, span)) if busy.compute is not None else 0.0
+    out = {"span_us": length, "busy_us": total(busy_on), "idle_us": idle_us, "comm_only_us": comm_us,
            "idle_share": idle_us / length if length else None, "host_wait_us": total(waiting),
            "waits_by_scope_us": waits, "input_gap_us": gap_us,
            "input_gap_share": None if gap_us is None else (gap_us / idle_us if idle_us else 0.0)}
@@ -589,6 +595,7 @@ def summarize_events(events, name="trace", lanes=False, input_scope=None):
     source, inputs = input_source(t, input_scope)
     drawn_input = None if source["kind"] == "scope" else inputs  # drawn beside the scopes when not one of them
     busy_all = Busy(t.gpu, launch_time)
+    busy_all.compute = union([[ev[1], ev[2]] for i, ev in enumerate(t.gpu) if i not in t.comm]) if t.comm else None
     kernels_all = union([[s, e] for k, s, e, _, _, _ in t.gpu if k == "kernel"])
     walls = [b - a for _, a, b in t.steps]
     window_cpu = [[a, b] for _, a, b in t.steps]
@@ -648,7 +655,8 @@ def summarize_events(events, name="trace", lanes=False, input_scope=None):
         out["idle"] = v
         for key, src in (("gpu_busy_us", "busy_us"), ("gpu_idle_us", "idle_us"), ("gpu_idle_share", "idle_share"),
                          ("host_wait_us", "host_wait_us"), ("input_gap_us", "input_gap_us"),
-                         ("input_gap_share", "input_gap_share"), ("waits_by_scope_us", "waits_by_scope_us")):
+                         ("input_gap_share", "input_gap_share"), ("waits_by_scope_us", "waits_by_scope_us"),
+                         ("gpu_comm_only_us", "comm_only_us")):
             out[key] = chosen[src] if chosen else None
         out["pace_us"] = chosen["span_us"] if chosen else None
         out["gpu_null_reason"] = None if chosen else reason
@@ -827,6 +835,10 @@ STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for i
                      "look in the trace at what the CPU runs between the scopes"),
     "queued": ("GPU-side gaps", "the GPU sits idle with work queued for {p} of the step",
                "look for synchronizations in the trace (the sync calls row)"),
+    "communication": ("communication between ranks",
+                      "the GPU runs nothing but communication kernels (NCCL) for {p} of the step",
+                      "find the rank the others wait for (ranks.py OUTPUTS/traces), then overlap communication "
+                      "with compute"),
 }
 CPU_STAGES = {"input": ("waiting for input", STAGES["input"][2]),
               "input/to_device": ("copying input", "look at the copy's CPU cost in the trace"),
@@ -901,7 +913,10 @@ def verdict(evidences, parts=None):
         return out
     pace = sum(p["pace_us"] for p in parts)
     gap = _sum(parts, lambda p: p.get("input_gap_us"))
-    shares = {"busy": sum(p["gpu_busy_us"] for p in parts) / pace}
+    comm = sum(p.get("gpu_comm_only_us") or 0.0 for p in parts)
+    shares = {"busy": sum(p["gpu_busy_us"] for p in parts) / pace - comm / pace}
+    if comm:
+        shares["communication"] = comm / pace
     waited = sum(p["host_wait_us"] for p in parts)
     host = {n: sum(p["waits_by_scope_us"].get(n, 0.0) for p in parts) for n in HOST_SCOPES} if has_scopes else {}
     if gap is not None:
@@ -931,7 +946,8 @@ def verdict(evidences, parts=None):
             detail += f"; its largest wait is {STAGES[second][0]} ({_pct(shares[second])})"
         out["sentence"] = f"GPU compute holds the step: {detail}. Next: {nxt}."
     else:  # the GPU idles for more than half the step: the stage is what it waits for most
-        out["sentence"] = (f"The GPU idles for {_pct(1 - shares['busy'])} of the step, and {stage} is its largest "
+        idle = 1 - shares["busy"] - shares.get("communication", 0.0)
+        out["sentence"] = (f"The GPU idles for {_pct(idle)} of the step, and {stage} is its largest "
                            f"wait: {detail}. Next: {nxt}.")
     if gap is None:
         out["sentence"] += f" No input figure: {NO_INPUT}."

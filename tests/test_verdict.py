@@ -376,3 +376,25 @@ def test_the_next_step_of_a_gpu_bound_run_names_only_the_options_not_yet_on():
     assert "(a larger --batch-size)" in best["sentence"] and "--amp" not in best["sentence"]
     plain = profiling.tailor_next(v, {"amp": "off", "channels_last": False, "compile": "off"})
     assert "--amp bf16, --channels-last, --compile default, a larger --batch-size" in plain["next"]
+
+
+def test_communication_kernels_are_no_gpu_compute():
+    """A rank whose GPU spends the step in an all-reduce waiting for the others: communication, not compute."""
+    cpu, gpu = {"pid": 1, "tid": 1}, {"pid": 0, "tid": 7}
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 1000 * n, "dur": 1000, **cpu}
+              for n in (1, 2)]
+    for n in (1, 2):
+        t0 = 1000 * n
+        events += [{"ph": "X", "cat": "user_annotation", "name": scope, "ts": t0 + a, "dur": d, **cpu}
+                   for scope, a, d in zip(summarize.SCOPES, (0, 10, 20, 900), (10, 10, 880, 90))]
+        events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 21 + i, "dur": 1,
+                    "args": {"correlation": 10 * n + i}, **cpu} for i in range(2)]
+        events += [{"ph": "X", "cat": "kernel", "name": "void conv_kernel", "ts": t0 + 30, "dur": 200,
+                    "args": {"correlation": 10 * n, "stream": 7}, **gpu},
+                   {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ts": t0 + 230,
+                    "dur": 700, "args": {"correlation": 10 * n + 1, "stream": 7}, **gpu}]
+    ev = summarize.summarize_events(events)
+    w = ev["window"]
+    assert w["gpu_comm_only_us"] == pytest.approx(1400) and w["gpu_busy_us"] == pytest.approx(1800)
+    v = ev["verdict"]
+    assert v["stage"] == "communication between ranks" and v["share"] == pytest.approx(0.7), v["sentence"]

@@ -545,10 +545,10 @@ def profiler_caveat(v, parts, head):
     busy = [p.get("gpu_busy_us") for p in parts]
     busy_ms = None if None in busy else sum(busy) / steps / 1e3
     if v["part"] != "busy" and busy_ms is not None and busy_ms / unprofiled >= summarize.GPU_BOUND_AT:
-        said = v["sentence"].split(" Next: ")[0]
-        v = {**v, "profiled_stage": v["stage"], "stage": None, "part": None, "share": None, "next": None,
-             "unprofiled_busy_share": busy_ms / unprofiled}
-        v["sentence"] = (f"Uncertain: {said[0].lower()}{said[1:]} in the profiled steps, but the profiler made them "
+        v = {**v, "profiled_stage": v["stage"], "profiled_share": v["share"], "stage": None, "part": None,
+             "share": None, "next": None, "unprofiled_busy_share": busy_ms / unprofiled}
+        v["sentence"] = (f"Uncertain: in the profiled steps {v['profiled_stage']} is the GPU's largest wait "
+                         f"({100 * v['profiled_share']:.0f}% of the step), but the profiler made those steps "
                          f"{ratio:.2f}x as long; at the unprofiled pace ({unprofiled:.2f} ms) the GPU's "
                          f"{busy_ms:.2f} ms of work would fill {100 * busy_ms / unprofiled:.0f}% of the step, where "
                          "GPU compute holds it. mode=bench, against a change, decides.")

@@ -17,7 +17,8 @@ def succeeded(data, out_dir):
     if data.get("mode") == "profile":
         body = profile_text(results, out_dir) + ranks_profile_text(results, out_dir)
         verdict = (results.get("evidence") or {}).get("verdict") or {}
-        said = verdict.get("stage") or "no verdict"
+        said = verdict.get("stage") or (f"uncertain ({verdict['profiled_stage']} only in the profiled steps)"
+                                         if verdict.get("profiled_stage") else "no verdict")
         if verdict.get("stage") and verdict.get("share") is not None:
             said += f" holds the step ({verdict['share']:.0%})"
         return f"{head}: {said}", body

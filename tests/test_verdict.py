@@ -398,3 +398,14 @@ def test_communication_kernels_are_no_gpu_compute():
     assert w["gpu_comm_only_us"] == pytest.approx(1400) and w["gpu_busy_us"] == pytest.approx(1800)
     v = ev["verdict"]
     assert v["stage"] == "communication between ranks" and v["share"] == pytest.approx(0.7), v["sentence"]
+
+
+def test_an_uncertain_verdict_says_so_in_the_run_description():
+    import overview
+    path = os.path.join(ROOT, "results", "h200-pictures", "workers4", "run.json")
+    with open(path) as f:
+        data = json.load(f)
+    assert data["results"]["evidence"]["verdict"]["stage"] is None, "the stored workers=4 run is the uncertain one"
+    description, readme = overview.succeeded(data, os.path.dirname(path))
+    assert description.endswith("uncertain (host-side launch overhead only in the profiled steps)")
+    assert "Uncertain: in the profiled steps" in readme

@@ -34,7 +34,7 @@ machines (host, GPU, driver, torch, CUDA, CPU budget) are never pooled: compare.
 what differs, or with --per-host makes one table per machine. Per group, where the runs carry them:
 model TFLOP/s and MFU (train.py's FLOP count; older runs lack it and the table says so), the
 GPU-bound share of --cuda-graph runs, and the trace evidence of a matching profile run, with its verdict
-and the paths of its step pictures (profile runs never enter the rates). Writes comparison.md, .csv, .json and .png together, all or none; without
+and, for offline runs, the paths of its step pictures (profile runs never enter the rates). Writes comparison.md, .csv, .json and .png together, all or none; without
 matplotlib, the tables alone and a one-line note.
 """
 
@@ -119,8 +119,8 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
         "machine": machine, "facts_from": facts, "error": run_json.get("error") or failure_of(conditions),
         "window_restarts": outputs.get("epoch_restarts_in_window",
                                        (run_json.get("results") or {}).get("epoch_restarts_in_window")),
-        "pictures": [local_file(c["picture"], base) for c in (run_json.get("results") or {}).get("cycles") or []
-                     if c.get("picture")],
+        "pictures": [p for p in (local_file(c["picture"], base) for c in (run_json.get("results") or {})
+                                 .get("cycles") or [] if c.get("picture")) if p],
     }
 
 
@@ -128,6 +128,8 @@ def local_file(path, base):
     """A file an offline run recorded, under its own folder when it was recorded on another machine."""
     if base and not os.path.exists(path) and "/outputs/" in path:
         path = os.path.join(base, "outputs", path.split("/outputs/", 1)[1])
+    if not os.path.exists(path):
+        return None
     rel = os.path.relpath(path)
     return path if rel.startswith("..") else rel
 

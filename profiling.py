@@ -497,7 +497,7 @@ def write_evidence(cycles, capture):
             evidence["verdict"]["sentence"] += (" This cycle followed a pause that refilled the loader's queues: "
                                                 "its input waits may be understated.")
         c["picture"], c["picture_note"] = draw_cycle(c, evidence)
-        if c["picture_note"]:
+        if c["picture_note"] and c is cycles[0]:  # one line a run: the reason is the same for every cycle
             print(f"profile: {c['picture_note']}", file=sys.stderr)
         for step in evidence["steps"]:
             step.pop("lanes", None)

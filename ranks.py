@@ -362,7 +362,8 @@ def _table(header, rows):
 def format_text(result):
     ranks = result["ranks"]
     cols = [f"rank {r}" for r in ranks]
-    lines = [f"evidence across {len(ranks)} ranks, steps {result['steps_aligned']} aligned by ProfilerStep number",
+    lines = [f"verdict: {result['verdict']}",
+             f"evidence across {len(ranks)} ranks, steps {result['steps_aligned']} aligned by ProfilerStep number",
              f"communication: {', '.join(f'rank {r}: {s}' for r, s in result['comm_source'].items())}"]
     if result["comm_null_reason"]:
         lines.append(f"communication figures: n/a ({result['comm_null_reason']})")
@@ -392,7 +393,6 @@ def format_text(result):
                  ", ".join(f"{n} {v / 1e3:+.1f}" for n, v in result["stage_excess_us"].items()))
     if result["steps_missing"]:
         lines.append(f"steps missing on some ranks (left out): {result['steps_missing']}")
-    lines.append(result["verdict"])
     lines.append(f"note: {summarize.CAVEAT}")
     return "\n".join(lines) + "\n"
 

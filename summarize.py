@@ -819,7 +819,8 @@ STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for i
              "make the GPU's work cheaper or larger (bf16 autocast, channels-last, torch.compile, a larger "
              "batch: see the candidate fixes), then measure with mode=bench"),
     "input": ("waiting for input", "the GPU sits idle while {source} runs for {p} of the step (the input gap)",
-              "more DataLoader workers within the job's CPUs (-P workers=4), then measure with mode=bench"),
+              "more DataLoader workers within the job's CPUs (--workers 4; -P workers=4 on Polyaxon), then measure "
+              "with mode=bench"),
     "input/to_device": ("copying input to the GPU", "the GPU sits idle while input/to_device runs for {p} of the step",
                         "a side-stream copy (--prefetch-stream) or --gpu-input, then measure with mode=bench"),
     "train/forward_backward": ("host-side launch overhead",

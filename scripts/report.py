@@ -180,8 +180,8 @@ def workers_ratios(bench, profile=()):
         share = next((p["evidence"]["input_cpu_share"] for p in profiles if p["key"] == k and p["workers"] == 0
                       and p["evidence"].get("input_cpu_share") is not None), None)
         if share is not None:
-            line += (f". At workers=0 the profiled step spent {share:.0%} of its time fetching input: more workers "
-                     "can save at most that")
+            line += (f". At workers=0 the profiled step spent {share:.0%} of its time fetching input (the profiler "
+                     "inflates it): more workers can save about that much at most")
         out.append(line + ".")
     return out
 

@@ -172,9 +172,16 @@ class Sandbox:
                          client=PolyaxonClient(config=config))
 
     def execute_queued_run(self, project, run_uuid, timeout=900):
-        """The agent's part: run the queued run's resolved command, with the run's identity."""
+        """The agent's part: run the queued run's resolved command, with the run's identity. Like an agent, it
+        starts the run only once the server has queued it: the server's own compile-and-queue step saves the
+        whole run, and would drop what the running process had set meanwhile (its readme, say)."""
         client = self.run_client(project, run_uuid)
+        deadline = time.time() + 120
         client.refresh_data()
+        while client.run_data.status != "queued":
+            assert time.time() < deadline, f"run {run_uuid} never queued: {client.run_data.status}"
+            time.sleep(0.5)
+            client.refresh_data()
         content = json.loads(client.run_data.content)
         container = content["run"]["container"]
         workdir = container["workingDir"].replace("/plx-context", self.context, 1)

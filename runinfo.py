@@ -415,35 +415,22 @@ class RunRecord:
 
     def tell(self, description, readme):
         """The run's one-line description and its readme (the overview panel of its page in Polyaxon's UI),
-        set before end(). A server that refuses them is warned about; the run's files stand either way."""
-        self.told = (description, readme)
-        try:
-            self.tracking.set_description(description, async_req=False)
-            self.tracking.set_readme(readme, async_req=False)
-        except Exception as e:  # the client raises its ApiException, or a connection error
-            print(f"warning: the Polyaxon server did not take the run's readme ({type(e).__name__}: "
-                  f"{(str(e).splitlines() or [''])[0][:200]})", file=sys.stderr)
-
-    def end(self):
-        """tracking.end(); then, on a server, the readme read back and set again where it was lost (a server
-        that saves a run it read before the readme came can drop it), a few times, a second apart."""
-        self.tracking.end()
-        if not (is_managed() and getattr(self, "told", None) and hasattr(self.tracking, "refresh_data")):
-            return
-        description, readme = self.told
-        for attempt in range(3):
+        set before end(). A server that refuses them (the sandbox answers 405 now and then) is asked again;
+        one that still refuses is warned about; the run's files stand either way."""
+        for attempt in range(4):
             try:
-                self.tracking.refresh_data()
-                data = self.tracking.run_data
-                if data.readme == readme and data.description == description:
-                    return
-                time.sleep(1.0)  # not timed: the run is over
                 self.tracking.set_description(description, async_req=False)
                 self.tracking.set_readme(readme, async_req=False)
-            except Exception as e:  # the client raises its ApiException, or a connection error
-                print(f"warning: the run's readme could not be checked on the server ({type(e).__name__})",
-                      file=sys.stderr)
                 return
+            except Exception as e:  # the client raises its ApiException, or a connection error
+                if attempt == 3:
+                    print(f"warning: the Polyaxon server did not take the run's readme ({type(e).__name__}: "
+                          f"{(str(e).splitlines() or [''])[0][:200]})", file=sys.stderr)
+                else:
+                    time.sleep(1.0)  # not timed: the run is over
+
+    def end(self):
+        self.tracking.end()
 
     def succeeded(self, outputs):
         self.data.update(status="succeeded", finished_at=self._now(),

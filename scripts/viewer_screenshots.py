@@ -40,7 +40,7 @@ def free_port():
 
 
 def stop_group(proc, grace=20):
-    """SIGTERM to a process started in its own session and all its children, SIGKILL after grace seconds."""
+    """SIGTERM to a process started as its own process group, and all its children, SIGKILL after grace seconds."""
     if proc is None or proc.poll() is not None:
         return
     try:
@@ -123,7 +123,7 @@ def find_browser():
 
 
 class Browser:
-    """Headless Chromium, one process per page, each in its own session and profile folder."""
+    """Headless Chromium, one process per page, each in its own process group and profile folder."""
 
     def __init__(self, binary=None, size=(1400, 1000), budget_ms=20000, timeout=120):
         self.binary = binary or find_browser()

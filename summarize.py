@@ -64,6 +64,7 @@ import sys
 from array import array
 from collections import defaultdict
 
+import kernels
 from scopes import NEXT_BATCH, SCOPES
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -327,6 +328,7 @@ class Trace:
         self.steps, self.scopes, self.scope_ids = [], defaultdict(list), {}
         self.loader, self.named = [], defaultdict(list)  # DataLoader annotations; every other user annotation
         self.gpu, self.runtime, self.annotations = [], [], []
+        self.gpu_names = {}  # each gpu tuple: its event's name (kernel classes, kernels.py)
         self.comm = set()  # indices into gpu of the communication kernels (NCCL): GPU time, but no compute
         self.threads = defaultdict(lambda: (array("d"), array("d")))
 
@@ -375,6 +377,7 @@ def extract(events):
             else:
                 kind = "h2d" if "HtoD" in name else "memcpy"
             t.gpu.append((kind, s, e, args.get("stream"), args.get("correlation"), args.get("bytes", 0) or 0))
+            t.gpu_names[t.gpu[-1]] = names.setdefault(name, name)
             if kind == "kernel" and "nccl" in name.lower():
                 t.comm.add(len(t.gpu) - 1)
         elif cat in ("cuda_runtime", "cuda_driver"):
@@ -564,6 +567,16 @@ def bucket(events):
             "first_us": min(ev[1] for ev in events), "last_us": max(ev[2] for ev in events)}
 
 
+TOP_KERNELS = 8  # the window's kernels by summed duration, shown with their class
+
+
+def kernel_classes(t, events, top=0):
+    """The GPU time of events (gpu tuples) by kernel class (kernels.breakdown). Its busy_us is the union of
+    the events' intervals, as gpu_work_us counts it: the classes' times sum to the step's GPU work."""
+    return kernels.breakdown([(t.gpu_names.get(ev, ""), "kernel" if ev[0] == "kernel" else "gpu_memcpy",
+                               ev[1], ev[2]) for ev in events], top=top)
+
+
 def gpu_slots(steps, by_step):
     """Each step's slot of the GPU timeline: [its first GPU start, the next step's first GPU start).
 
@@ -667,6 +680,7 @@ def summarize_events(events, name="trace", lanes=False, input_scope=None):
     for num, a, b in t.steps:
         mine = by_step.get(num, [])
         step = {"step": num, **cpu_figs([[a, b]]), **work_figures(mine, runtime_by_step.get(num, []), kernels_all)}
+        step["kernel_classes"] = kernel_classes(t, [ev for ev, _ in mine])
         slot = slots.get(num)
         step["gpu_span_us"] = (slot[1] - slot[0]) if slot else None
         step["gpu_lag_us"] = max(0.0, max(ev[2] for ev, _ in mine) - b) if mine else 0.0
@@ -689,6 +703,7 @@ def summarize_events(events, name="trace", lanes=False, input_scope=None):
 
     window = {**cpu_figs(window_cpu), **window_work, "gpu_lag_us": lag,
               "gpu_span_us": total(window_span) if window_span else None}
+    window["kernel_classes"] = kernel_classes(t, [ev for ev, _ in all_mine], top=TOP_KERNELS)
     window["gpu_span_null_reason"] = None if window_span else "no GPU work was launched inside the window"
     if window_span and window["gpu_work_us"] > window["gpu_span_us"] + EPS_US:  # cannot happen unless a bug
         window["gpu_span_null_reason"] = (
@@ -744,6 +759,21 @@ def cpu_lane(scopes, a, b, inputs=None):
     return sorted(lane, key=lambda x: x[1])
 
 
+def pooled_classes(windows, steps):
+    """The windows' GPU time by kernel class, pooled: {"kernel_classes": {class: {"ms_per_step", "share"}},
+    "gpu_top_classes": the three largest in words}; both null on a CPU-only trace. Shares are of the GPU work
+    launched in the windows (the union of its intervals), so they sum to 1."""
+    found = [w.get("kernel_classes") for w in windows]
+    busy = sum(f["busy_us"] for f in found) if all(found) else 0.0
+    if not busy:
+        return {"kernel_classes": None, "gpu_top_classes": None}
+    pooled = {cls: {"ms_per_step": sum(f["classes"][cls]["us"] for f in found if cls in f["classes"]) / steps / 1e3}
+              for cls in kernels.CLASSES if any(cls in f["classes"] for f in found)}
+    for c in pooled.values():
+        c["share"] = c["ms_per_step"] * steps * 1e3 / busy
+    return {"kernel_classes": pooled, "gpu_top_classes": kernels.top_classes(pooled)}
+
+
 def headline(evidences):
     """The figures logged as Polyaxon outputs, pooled over one or several traces' windows.
 
@@ -761,6 +791,7 @@ def headline(evidences):
            "gpu_work_ms_per_step": None, "gpu_span_ms_per_step": None, "cpu_step_ms": None,
            "cpu_runs_ahead": any(ev.get("cpu_runs_ahead") for ev in evidences), "null_reasons": {}}
     out["cpu_step_ms"] = sum(w["wall_us"] for w in windows) / steps / 1e3
+    out.update(pooled_classes(windows, steps))
     bases = {ev.get("idle_basis") for ev in evidences}
     out["idle_basis"] = bases.pop() if len(bases) == 1 else "mixed"
     if all(w.get("pace_us") is not None for w in windows):
@@ -1042,6 +1073,51 @@ def _table(header, rows):
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+CLASSES_TITLE = ("GPU time by kernel class (kernels.py) of the GPU work each step launched; "
+                 "where kernels overlap, the one that started first keeps the time, so the classes sum to the "
+                 "GPU work launched")
+
+
+def format_classes(evidences):
+    """The kernel-class table of GPU traces: one trace, a column per step (ms) and the window's count, median and
+    share; several, each window's ms per step and share. Then the top kernels and the names no rule knows."""
+    shown = [ev for ev in evidences if ev["has_gpu"] and (ev["window"].get("kernel_classes") or {}).get("busy_us")]
+    if not shown:
+        return []
+    parts = [CLASSES_TITLE]
+    present = [c for c in kernels.CLASSES if any(c in ev["window"]["kernel_classes"]["classes"] for ev in shown)]
+    if len(evidences) == 1:
+        ev = shown[0]
+        w, n = ev["window"]["kernel_classes"], ev["window"]["steps"]
+        steps = [(s["step"], (s.get("kernel_classes") or {}).get("classes", {})) for s in ev["steps"]]
+        header = ["class"] + [f"#{num} ms" for num, _ in steps] + ["mean/step ms", "kernels/step", "median us", "share"]
+        rows = [[cls] + [_fmt(c[cls]["us"] / 1e3 if cls in c else 0.0, "{:.3f}") for _, c in steps]
+                + ([_fmt(w["classes"][cls]["us"] / n / 1e3, "{:.3f}"), _fmt(w["classes"][cls]["count"] / n, "{:.1f}"),
+                    _fmt(w["classes"][cls]["median_us"], "{:.1f}"), _fmt(w["classes"][cls]["share"], "{:.1%}")]
+                   if cls in w["classes"] else ["0.000", "0.0", "n/a", "0.0%"]) for cls in present]
+        rows.append(["total = gpu work launched"] + [_fmt(s.get("gpu_work_us", 0.0) / 1e3, "{:.3f}") for s in ev["steps"]]
+                    + [_fmt(w["busy_us"] / n / 1e3, "{:.3f}"), _fmt(sum(c["count"] for c in w["classes"].values()) / n,
+                                                                   "{:.1f}"), "", "100.0%"])
+        parts.append(_table(header, rows))
+    else:
+        header = ["class (ms/step, share)"] + [chr(ord("A") + i) for i, ev in enumerate(evidences) if ev in shown]
+        rows = [[cls] + [f"{c['us'] / ev['window']['steps'] / 1e3:.3f} ({c['share']:.1%})" if c else "0"
+                         for ev in shown for c in [ev["window"]["kernel_classes"]["classes"].get(cls)]]
+                for cls in present]
+        parts.append(_table(header, rows))
+    for ev in shown:
+        w, n = ev["window"]["kernel_classes"], ev["window"]["steps"]
+        parts.append(f"{ev['trace']}: kernel time summed {w['kernel_us'] / n / 1e3:.3f} ms/step, of which "
+                     f"{w['overlap_us'] / n / 1e3:.3f} ms/step ran beside other GPU work (counted once above)")
+        parts.append(f"{ev['trace']}: top kernels (summed duration per step, count per step, class):")
+        parts += [f"  {k['us'] / n / 1e3:7.3f} ms  {k['count'] / n:5.1f}  {kernels.SHORT[k['class']]:<15} "
+                  f"{k['name'][:100]}" for k in w.get("top", [])]
+        if w["other_names"]:
+            parts.append(f"{ev['trace']}: no class rule knows {len(w['other_names'])} names (other): "
+                         + "; ".join(name[:80] for name in w["other_names"][:5]))
+    return parts
+
+
 def format_table(evidences):
     """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
     parts = []
@@ -1070,6 +1146,7 @@ def format_table(evidences):
         parts += [f"{chr(ord('A') + i)}: {ev['trace']}\n   verdict: {ev['verdict']['sentence']}"
                   for i, ev in enumerate(evidences)]
     parts.append(_table(header, rows))
+    parts += format_classes(evidences)
     for ev in evidences:
         src = ev["input_source"]
         parts.append(f"{ev['trace']}: " + (f"input read from {src['name']} ({src['kind']})" if src["name"] and

@@ -1,0 +1,202 @@
+"""kernels.py: each GPU event's class from its name, and the GPU time by class that summarize.py reports."""
+import glob
+import os
+
+import pytest
+
+import kernels
+import summarize
+from conftest import ROOT
+
+STORED = sorted(p for p in glob.glob(os.path.join(ROOT, "results", "h200-*", "**", "*.pt.trace.json.gz"),
+                                     recursive=True) if not os.path.islink(p))
+OTHER_AT_MOST = 0.01  # the share of "other" allowed on the stored H200 traces (it is 0 on each of them today)
+
+# Real names from the stored H200 traces (results/h200-reprofile, results/h200-pictures), then hand-made ones
+# for the rules the stored traces do not reach (nvjet, NCCL, triton templates and combo kernels).
+NAMES = [
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_"
+     "execute_segment_k_off_kernel__5x_cudnn", "convolution forward"),
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize256x64x8_stage3_warpsize2x2x1_g1_ffma_"
+     "aligna4_alignc4_execute_kernel__5x_cudnn", "convolution forward"),
+    ("void convolve_common_engine_float_NHWC<__nv_bfloat16, __nv_bfloat16, 1024, 6, 7, 3, 3, 5, true, false, false, "
+     "false, false>(int, int, int)", "convolution forward"),
+    ("void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_256x64_32x4_nhwc_align8>"
+     "(cutlass_tensorop_bf16_s16816fprop_optimized_bf16_256x64_32x4_nhwc_align8::Params)", "convolution forward"),
+    ("void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::implicit_gemm::fprop::"
+     "Warp_specialized_params_non_template<xmma__5x_cudnn::Grid_constant_params> >", "convolution forward"),
+    ("sm90_xmma_dgrad_implicit_gemm_indexed_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize256x64x32_warpgroupsize1x1x1_g1_"
+     "strided_execute_kernel__5x_cudnn", "convolution data-gradient"),
+    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int, float const*)",
+     "convolution data-gradient"),
+    ("void cutlass__5x_cudnn::Kernel<cutlass_tensorop_s1688dgrad_optimized_tf32_256x64_16x4_nhwc_unity_stride_align4>"
+     "(cutlass_tensorop_s1688dgrad_optimized_tf32_256x64_16x4_nhwc_unity_stride_align4::Params)",
+     "convolution data-gradient"),
+    ("sm90_xmma_wgrad_indexed_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize64x64x64_warpgroupsize1x1x1_g1_"
+     "execute_split_k_kernel__5x_cudnn", "convolution weight-gradient"),
+    ("void wgrad_alg0_engine<float, 128, 5, 5, 3, 3, 3, false, 512>(int, int, int, float const*, int, float*)",
+     "convolution weight-gradient"),
+    ("_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22ImplicitGemmMultistage"
+     "INS_4gemm9GemmShapeILi64ELi64ELi32EEENS4_52Conv2dWgradOutputGradientTileAccessIteratorOp",
+     "convolution weight-gradient"),
+    ("void cutlass__5x_cudnn::Kernel<cutlass__5x_cudnn::reduction::kernel::ReduceSplitK<cutlass__5x_cudnn::"
+     "MatrixShape<4, 256>, cutlass__5x_cudnn::epilogue::thread::LinearCombination<float, 4> > >",
+     "convolution weight-gradient"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nn_align1>(cutlass_80_simt_sgemm_128x64_8x5_nn_align1::"
+     "Params)", "matrix multiply"),
+    ("void sgemm_largek_lds64<true, false, 5, 5, 4, 4, 4, 34>(float*, float const*)", "matrix multiply"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false, float, float, float, true, "
+     "false, false, false>(cublasLt::cublasSplitKParams<float>, float const*)", "matrix multiply"),
+    ("void scal_kernel<float, float, 1, true, 6, 5, 5, 3>(cublasTransposeParams<float>, float const*)",
+     "matrix multiply"),
+    ("nvjet_tst_128x64_64x8_1x2_h_bz_TNT", "matrix multiply"),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float, float, float)",
+     "batch-norm"),
+    ("void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args<float>)",
+     "batch-norm"),
+    ("void cudnn::batchnorm_bwtr_nhwc_semiPersist<float, float, float, 512, 16, 3, 4, 1, 1, true, 2>"
+     "(cudnn::NhwcBatchNormBwdParams<float, float>)", "batch-norm"),
+    ("void at::native::batch_norm_collect_statistics_kernel<at::native::InvStd, float, float, float, int>",
+     "batch-norm"),
+    ("triton_red_fused__native_batch_norm_legit_functional_add_native_batch_norm_backward_threshold_backward_28",
+     "batch-norm"),
+    ("triton_per_fused__native_batch_norm_legit_functional_copy__19", "batch-norm"),
+    ("triton_poi_fused__native_batch_norm_legit_functional_relu_5", "elementwise and activation"),
+    ("triton_poi_fused__to_copy_49", "elementwise and activation"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+     "at::native::(anonymous namespace)::threshold_kernel_impl<float>", "elementwise and activation"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >",
+     "elementwise and activation"),
+    ("void at::native::index_elementwise_kernel<128, 4, at::native::flip_kernel_impl<at::native::OpaqueType<8> >",
+     "elementwise and activation"),
+    ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)",
+     "elementwise and activation"),
+    ("void cudnn::engines_precompiled::scalePackedTensor_kernel<float, float>(long, float*, float)",
+     "elementwise and activation"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, "
+     "float>, unsigned int, float, 4, 4> >", "reductions and the loss"),
+    ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*)",
+     "reductions and the loss"),
+    ("void (anonymous namespace)::softmax_warp_backward<float, float, float, 4, true, false>(float*)",
+     "reductions and the loss"),
+    ("triton_red_fused_sum_37", "reductions and the loss"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "TensorListMetadata<3>, at::native::(anonymous namespace)::FusedSgdMathFunctor<float, 3>, double>",
+     "optimizer"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>", "optimizer"),
+    ("triton_for_fused_0", "optimizer"),
+    ("triton_poi_fused__foreach_add_0", "optimizer"),
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)0>",
+     kernels.COPIES),
+    ("void nhwcAddPaddingKernel<__nv_bfloat16, __nv_bfloat16, float, true, (cudnnKernelDataType_t)0>(int)",
+     kernels.COPIES),
+    ("memset32", kernels.COPIES),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication"),
+    ("triton_tem_fused_convolution_0", "convolution forward"),
+    ("triton_tem_fused_addmm_1", "matrix multiply"),
+    ("triton_tem_fused_convolution_backward_2", kernels.OTHER),
+    ("some_vendor_kernel_v2", kernels.OTHER),
+]
+
+
+@pytest.mark.parametrize("name,expected", NAMES, ids=[n[:60] for n, _ in NAMES])
+def test_a_kernel_name_falls_in_its_class(name, expected):
+    assert kernels.classify(name) == expected, f"{name!r}: {kernels.classify(name)!r}, expected {expected!r}"
+
+
+def test_the_copy_engine_s_events_are_copies_whatever_their_name():
+    assert kernels.classify("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy") == kernels.COPIES
+    assert kernels.classify("Memset (Unknown)", "gpu_memset") == kernels.COPIES
+    assert kernels.classify("anything", "gpu_memcpy") == kernels.COPIES
+
+
+def test_overlapping_kernels_are_counted_once_for_the_one_that_started_first():
+    """Two streams: a convolution [0, 10) and an elementwise kernel [4, 14), and a nested copy [5, 6): the busy
+    time is 14, the convolution keeps its 10, the elementwise kernel gets only its 4 past the end of it, the copy
+    none; the plain kernel time (21) exceeds the busy time by the overlap (7)."""
+    events = [("sm90_xmma_fprop_implicit_gemm_x", "kernel", 0.0, 10.0),
+              ("triton_poi_fused_relu_0", "kernel", 4.0, 14.0),
+              ("Memcpy DtoD (Device -> Device)", "gpu_memcpy", 5.0, 6.0)]
+    b = kernels.breakdown(events)
+    assert b["busy_us"] == pytest.approx(14.0)
+    assert b["classes"]["convolution forward"]["us"] == pytest.approx(10.0)
+    assert b["classes"]["elementwise and activation"]["us"] == pytest.approx(4.0)
+    assert b["classes"][kernels.COPIES]["us"] == pytest.approx(0.0)
+    assert b["classes"][kernels.COPIES]["kernel_us"] == pytest.approx(1.0)
+    assert b["kernel_us"] == pytest.approx(21.0) and b["overlap_us"] == pytest.approx(7.0)
+    assert sum(c["us"] for c in b["classes"].values()) == pytest.approx(b["busy_us"])
+    assert sum(c["share"] for c in b["classes"].values()) == pytest.approx(1.0)
+
+
+def _ev(name, cat, ts, dur, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 0 if "stream" in args else 1,
+            "tid": args.get("stream", 1), "args": args}
+
+
+def test_a_step_s_classes_sum_to_its_gpu_work_when_kernels_overlap_across_streams():
+    """A hand-made trace: two steps, each launching a convolution on stream 7 and a batch-norm on stream 8
+    that overlaps it; step 2's copy runs inside its convolution. Each step's classes sum to its gpu_work_us."""
+    evs = []
+    for n, t0, c in ((1, 0.0, 10), (2, 100.0, 20)):
+        evs.append(_ev(f"ProfilerStep#{n}", "user_annotation", t0, 100.0))
+        for i, (name, cat, start, dur, stream) in enumerate([
+                ("sm90_xmma_wgrad_indexed_implicit_gemm_x", "kernel", t0 + 10, 30.0, 7),
+                ("void cudnn::bn_bw_1C11_kernel_new<float>", "kernel", t0 + 25, 30.0, 8),
+                ("Memcpy DtoD (Device -> Device)", "gpu_memcpy", t0 + 12, 5.0 if n == 2 else 0.0, 9)]):
+            evs.append(_ev("cudaLaunchKernel", "cuda_runtime", t0 + 1 + i, 1.0, correlation=c + i))
+            evs.append(_ev(name, cat, start, dur, stream=stream, correlation=c + i))
+    ev = summarize.summarize_events(evs)
+    for s in ev["steps"]:
+        kc = s["kernel_classes"]
+        assert s["gpu_work_us"] == pytest.approx(45.0)
+        assert sum(c["us"] for c in kc["classes"].values()) == pytest.approx(s["gpu_work_us"], abs=summarize.EPS_US)
+        assert kc["classes"]["convolution weight-gradient"]["us"] == pytest.approx(30.0)
+        assert kc["classes"]["batch-norm"]["us"] == pytest.approx(15.0)
+    assert ev["steps"][1]["kernel_classes"]["overlap_us"] == pytest.approx(15.0 + 5.0)
+    h = summarize.headline(ev)
+    assert h["kernel_classes"]["convolution weight-gradient"]["share"] == pytest.approx(30.0 / 45.0)
+    assert h["gpu_top_classes"] == "conv wgrad 67%, batch-norm 33%"
+    text = summarize.format_table([ev])
+    assert "GPU time by kernel class" in text and "convolution weight-gradient" in text
+
+
+def test_a_cpu_only_trace_has_no_kernel_classes():
+    ev = summarize.summarize_events([_ev("ProfilerStep#1", "user_annotation", 0.0, 10.0)])
+    assert summarize.headline(ev)["kernel_classes"] is None
+    assert "GPU time by kernel class" not in summarize.format_table([ev])
+
+
+@pytest.fixture(scope="module")
+def stored():
+    assert STORED, "no stored H200 traces under results/h200-*"
+    return {p: summarize.summarize_file(p) for p in STORED}
+
+
+def test_on_the_stored_h200_traces_the_classes_sum_to_each_step_s_gpu_work(stored):
+    """Eager and CUDA-graph steps alike: the classes of each step (and each window) sum to its gpu_work_us."""
+    for path, ev in stored.items():
+        for s in ev["steps"] + [ev["window"]]:
+            got = sum(c["us"] for c in s["kernel_classes"]["classes"].values())
+            assert got == pytest.approx(s["gpu_work_us"], abs=summarize.EPS_US), \
+                f"{path} step {s.get('step', 'window')}: classes {got} us, GPU work {s['gpu_work_us']} us"
+            assert s["kernel_classes"]["kernel_us"] == pytest.approx(got + s["kernel_classes"]["overlap_us"])
+
+
+def test_on_the_stored_h200_traces_other_stays_below_its_bound(stored):
+    for path, ev in stored.items():
+        kc = ev["window"]["kernel_classes"]
+        other = kc["classes"].get(kernels.OTHER, {"us": 0.0})["us"] / kc["busy_us"]
+        assert other <= OTHER_AT_MOST, f"{path}: other is {other:.1%}: {kc['other_names'][:5]}"
+
+
+def test_a_graph_replay_s_kernels_are_classified_like_eager_ones(stored):
+    """The fp32 CUDA-graph run and an eager run of the same model: the same three convolution passes and
+    batch-norm appear in both, and the graph's kernels are kernel events charged to the replaying step."""
+    graph = next(ev for p, ev in stored.items() if "b91a1616" in p)
+    eager = next(ev for p, ev in stored.items() if "4220df20" in p)
+    assert graph["window"]["graph_launches"] > 0
+    for ev in (graph, eager):
+        classes = ev["window"]["kernel_classes"]["classes"]
+        for cls in ("convolution forward", "convolution data-gradient", "convolution weight-gradient", "batch-norm"):
+            assert classes.get(cls, {}).get("share", 0) > 0.05, f"{ev['trace']}: {cls} missing"

@@ -121,6 +121,9 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
                                        (run_json.get("results") or {}).get("epoch_restarts_in_window")),
         "pictures": [p for p in (local_file(c["picture"], base) for c in (run_json.get("results") or {})
                                  .get("cycles") or [] if c.get("picture")) if p],
+        # GPU time by kernel class (summarize.headline), recorded in run.json by profile runs that have it
+        "gpu_top_classes": outputs.get("gpu_top_classes")
+        or ((run_json.get("results") or {}).get("evidence") or {}).get("gpu_top_classes"),
     }
 
 
@@ -460,7 +463,8 @@ def matching_evidence(records, settings, machine):
     r = sorted(matches, key=lambda r: r["created_at"])[-1]
     return {"uuid": r["uuid"], "profile_detail": r["settings"].get("profile_detail") or "full",
             **{k: r["outputs"].get(k) for k in EVIDENCE}, "verdict": r["outputs"].get("verdict"),
-            "pictures": r.get("pictures") or []}
+            "pictures": r.get("pictures") or [], "verdict_stage": r["outputs"].get("verdict_stage"),
+            "gpu_top_classes": r.get("gpu_top_classes")}
 
 
 # --------------------------------------------------------------------------- writing
@@ -479,6 +483,18 @@ def fmt_share(v):
 
 def fmt_p(p):
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def kernel_class_lines(groups):
+    """What the GPU does in the GPU-bound groups (a --cuda-graph bench, or a profile verdict of GPU compute):
+    the three largest kernel classes and their shares of the GPU work, from the matching profile run."""
+    bound = [g for g in groups if g.get("gpu_bound") or g["evidence"].get("verdict_stage") == "GPU compute"]
+    if not bound:
+        return ""
+    lines = [f"- {g['group']}: {g['evidence'].get('gpu_top_classes') or 'n/a (the profile run predates kernel classes)'}"
+             for g in bound]
+    return ("\nGPU time by kernel class in the GPU-bound groups (largest three, share of the GPU work a step "
+            "launches; kernels.py):\n\n" + "\n".join(lines) + "\n")
 
 
 def markdown_table(table, links_from=None):
@@ -566,6 +582,7 @@ def markdown_table(table, links_from=None):
                                   for p in e["pictures"])
                 out.write(f"\n- {g['group']}: {e.get('verdict') or 'no verdict recorded'}"
                           + (f" Step pictures: {shown}" if shown else "") + "\n")
+        out.write(kernel_class_lines(evidence))
         first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
         if first["evidence"] and last["evidence"] and first is not last:
             a, b = first["evidence"], last["evidence"]

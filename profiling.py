@@ -515,6 +515,8 @@ def write_evidence(cycles, capture):
     head["input_cpu_share"] = inputs / sum(p["wall_us"] for p in shown) if inputs is not None else None
     head["verdict"] = headline_verdict(head, [evidences[k] for k in chosen], picked, capture.get("on"))
     print(f"profile: verdict: {head['verdict']['sentence']}", file=sys.stderr)
+    if head.get("gpu_top_classes"):  # what the GPU does: the table is in each cycle's evidence text
+        print(f"profile: GPU time by kernel class: {head['gpu_top_classes']}", file=sys.stderr)
     return head
 
 

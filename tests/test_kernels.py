@@ -200,3 +200,21 @@ def test_a_graph_replay_s_kernels_are_classified_like_eager_ones(stored):
         classes = ev["window"]["kernel_classes"]["classes"]
         for cls in ("convolution forward", "convolution data-gradient", "convolution weight-gradient", "batch-norm"):
             assert classes.get(cls, {}).get("share", 0) > 0.05, f"{ev['trace']}: {cls} missing"
+
+
+def test_compare_shows_the_top_classes_of_gpu_bound_groups_only():
+    """compare.py's evidence section: a GPU-bound group's matching profile run gives its top classes (read from
+    its run.json); a group waiting for input gets no line; an older profile run says n/a."""
+    import compare
+    run_json = {"results": {"evidence": {"gpu_top_classes": "conv wgrad 21%, conv fwd 18%, batch-norm 16%"}}}
+    r = compare.record_from("u1", "p", "2026-12-03T10:00:00", "succeeded", {"mode": "profile"},
+                            {"verdict_stage": "GPU compute"}, run_json)
+    assert r["gpu_top_classes"] == "conv wgrad 21%, conv fwd 18%, batch-norm 16%"
+    groups = [{"group": "graph", "gpu_bound": None,
+               "evidence": {"verdict_stage": "GPU compute", "gpu_top_classes": r["gpu_top_classes"]}},
+              {"group": "workers=0", "gpu_bound": None, "evidence": {"verdict_stage": "waiting for input"}},
+              {"group": "old graph", "gpu_bound": {"median_share": 0.9}, "evidence": {"gpu_top_classes": None}}]
+    text = compare.kernel_class_lines(groups)
+    assert "- graph: conv wgrad 21%, conv fwd 18%, batch-norm 16%" in text
+    assert "workers=0" not in text
+    assert "- old graph: n/a" in text

@@ -3,6 +3,7 @@
     pip install --target /tmp/hta holistictraceanalysis==0.5.0 plotly networkx pydot   # or traceinsight
     PYTHONPATH=/tmp/hta python scripts/hta_crosscheck.py TRACE [TRACE ...] > crosscheck.md
     PYTHONPATH=/tmp/hta python scripts/hta_crosscheck.py --ranks OUTPUTS/traces   # a DDP run's per-rank traces
+    PYTHONPATH=/tmp/hta python scripts/hta_crosscheck.py --kernels TRACE [TRACE ...]   # per-kernel time and count
 
 One markdown row per trace: summarize.py's idle share (and its basis), the host-wait part of its idle
 time and its input gap, beside HTA's temporal breakdown (idle share), its idle-time breakdown (host wait,
@@ -15,6 +16,12 @@ over the span from the trace's first to its last GPU event (work launched before
 summarize.py's is the union over streams, over the CPU's steps or, when the CPU runs ahead, over the
 GPU span of the work the window launched. HTA's launch statistics skip cudaGraphLaunch (its kernels
 share one correlation id), so for graph replays they cover only the few eager launches left.
+
+--kernels: HTA's get_gpu_kernel_breakdown (every kernel and memory event, all of them listed) beside the
+same sums from summarize.py's reading of the trace under HTA's rule (the events whose launch call is in the
+trace and starts before the last ProfilerStep ends): per kernel name, the summed duration and the count, and
+the largest difference; then our kernel classes (kernels.py) with HTA's figures summed
+by our class of each name. HTA's count is its sum over its mean (it reports no count).
 
 --ranks: for each profiling cycle, TraceAnalysis(trace_files={rank: trace}) over that cycle's
 per-rank traces; HTA's temporal breakdown (idle share per rank), its communication/computation
@@ -30,6 +37,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+import kernels  # noqa: E402
 import ranks  # noqa: E402
 import summarize  # noqa: E402
 
@@ -146,6 +154,62 @@ def ours(trace_files):
     return out, ranks.across(figures)["slowest_rank"]
 
 
+def hta_kernels(trace):
+    """HTA's per-kernel breakdown, all kernels and memory events: {name: (summed us, count)}."""
+    os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
+    from hta.trace_analysis import TraceAnalysis
+    analysis = TraceAnalysis(trace_files={0: os.path.abspath(trace)}, include_last_profiler_step=True)
+    _, per_kernel = analysis.get_gpu_kernel_breakdown(visualize=False, duration_ratio=1.0, num_kernels=10 ** 6,
+                                                      include_memory_kernels=True)
+    return {r["name"]: (float(r["sum (us)"]), round(float(r["sum (us)"]) / float(r["mean (us)"]))
+                        if float(r["mean (us)"]) else 0) for _, r in per_kernel.iterrows()}
+
+
+def our_kernels(trace):
+    """The same from summarize.py's reading, under HTA's rule: the GPU events whose launch call (same
+    correlation id) is in the trace and starts before the last ProfilerStep ends, whichever step it is in."""
+    t = summarize.extract(summarize.iter_events(trace))
+    last_end = max(e for _, _, e in t.steps)
+    launched = {corr for _, s, _, corr in t.runtime if corr is not None and s <= last_end}
+    out = {}
+    for ev in (ev for ev in t.gpu if ev[4] in launched):
+        us, n = out.get(t.gpu_names[ev], (0.0, 0))
+        out[t.gpu_names[ev]] = (us + ev[2] - ev[1], n + 1)
+    return out
+
+
+def main_kernels(traces):
+    for trace in traces:
+        mine, theirs = our_kernels(trace), hta_kernels(trace)
+        names = set(mine) | set(theirs)
+        diff = sorted(((abs(mine.get(n, (0.0, 0))[0] - theirs.get(n, (0.0, 0))[0]), n) for n in names), reverse=True)
+        counts = sum(mine.get(n, (0, 0))[1] != theirs.get(n, (0, 0))[1] for n in names)
+        print(f"\n{os.path.relpath(trace)} ({label(trace)})\n")
+        print(f"- names: ours {len(mine)}, HTA {len(theirs)}, in one only: {len(set(mine) ^ set(theirs))}")
+        print(f"- summed duration: ours {sum(v[0] for v in mine.values()):.1f} us, HTA "
+              f"{sum(v[0] for v in theirs.values()):.1f} us; events: ours {sum(v[1] for v in mine.values())}, HTA "
+              f"{sum(v[1] for v in theirs.values())}; names whose counts differ: {counts}")
+        print(f"- largest per-name difference: {diff[0][0]:.1f} us ({diff[0][1][:80]})")
+        w = summarize.summarize_file(trace)["window"]
+        kc = w["kernel_classes"]
+        print(f"- summarize.py's window (the work the steps launched): kernel time summed {kc['kernel_us']:.1f} us, "
+              f"GPU work (union) {w['gpu_work_us']:.1f} us = the classes' sum {sum(c['us'] for c in kc['classes'].values()):.1f}"
+              f" us, overlap {kc['overlap_us']:.1f} us; top classes {kernels.top_classes(kc['classes'])}\n")
+        by_class = {}
+        for source, col in ((mine, 0), (theirs, 1)):
+            for name, (us, n) in source.items():
+                cls = kernels.classify(name, "gpu_memcpy" if name.startswith(("Memcpy", "Memset")) else "kernel")
+                row = by_class.setdefault(cls, [[0.0, 0], [0.0, 0]])
+                row[col][0] += us
+                row[col][1] += n
+        print("| class (kernels.py) | summed us: ours | HTA | count: ours | HTA |\n|---|---|---|---|---|")
+        for cls in kernels.CLASSES:
+            if cls in by_class:
+                (a, m), (b, n) = by_class[cls]
+                print(f"| {cls} | {a:.1f} | {b:.1f} | {m} | {n} |")
+    return 0
+
+
 def fmt(v):
     return "n/a" if v is None else f"{v:.3f}"
 
@@ -168,6 +232,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="hta_crosscheck.py", description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="*")
     p.add_argument("--ranks", metavar="DIR", help="a folder of a DDP run's per-rank traces (traces/rank{R}/...)")
+    p.add_argument("--kernels", action="store_true",
+                   help="per-kernel summed time and count against HTA's get_gpu_kernel_breakdown, by class")
     args = p.parse_args(argv)
     if not args.traces and not args.ranks:
         p.error("give traces, or --ranks DIR")
@@ -180,6 +246,8 @@ def main(argv=None):
     print(f"HTA: {versions()}\n")
     if args.ranks:
         return main_ranks(args.ranks)
+    if args.kernels:
+        return main_kernels(args.traces)
     print("| trace | settings | basis | idle share: ours | HTA | ours: host wait / idle | HTA: host wait / "
           "kernel wait / other | ours: input gap / idle | launches: ours | HTA | median launch call us: ours "
           "| HTA | median launch delay us: ours | HTA | graph launches per step (ours) |")

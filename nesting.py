@@ -49,12 +49,13 @@ def to_ns(value):
     if isinstance(value, int):
         return value * 1000
     v = float(value)
-    if v == math.trunc(v):
+    if v.is_integer():
         return int(v) * 1000
     r = v * 1000.0
-    whole = math.floor(abs(r))
-    ns = int(whole) + (1 if abs(r) - whole >= 0.5 else 0)  # llround: halves away from zero
-    return ns if r >= 0 else -ns
+    if r >= 0:
+        n = int(r)  # llround: halves away from zero
+        return n + 1 if r - n >= 0.5 else n
+    return -to_ns(-v)
 
 
 def complete_event(ev):
@@ -123,6 +124,8 @@ def accepts(stack, ts, dur):
             continue
         if ts < end < ts + dur:
             return False
+        if end > ts:  # the new slice nests here; the slices below end no earlier: none of them pops or crosses
+            return True
         i -= 1
     return True
 

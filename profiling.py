@@ -77,7 +77,11 @@ class TraceWriter:
         try:
             prof.export_chrome_trace(tmp)  # gzips when the name ends in .gz
             t1 = time.perf_counter()
-            perfetto = nesting.repair_file(tmp)
+            try:
+                perfetto = nesting.repair_file(tmp)
+            except nesting.NestingError as e:  # the profiler's own export stays: a trace with drops beats none
+                perfetto = {"error": str(e)}
+                print(f"profile: the trace could not be made to nest, kept as exported: {e}", file=sys.stderr)
             perfetto["repair_seconds"] = round(time.perf_counter() - t1, 3)
             os.replace(tmp, trace)
         finally:
@@ -366,6 +370,9 @@ def perfetto_line(cycle):
     p = cycle.get("perfetto")
     if not p:
         return []
+    if "error" in p:
+        return [f"Perfetto: the trace is kept as the profiler exported it, and Perfetto before v57.1 may drop "
+                f"slices from it ({p['error']})"]
     return [f"Perfetto: {p['clipped']} Python slices clipped by at most {p['clipped_max_us']:.1f} µs, "
             f"{p['moved']} GPU events moved to a sibling track; every slice nests "
             f"({p['violations_before']} would have been dropped by Perfetto before v57.1)"]

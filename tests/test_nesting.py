@@ -154,3 +154,36 @@ def test_perfetto_ui_v52_drops_what_nesting_predicts_and_nothing_after_repair(tm
     assert before["missing_in_ui"] == {"ProfilerStep#2": 1, "train/forward_backward": 1}, before
     assert after["dropped"] == 0 and after["all_present"], after
     assert sum(t["slices"] for t in after["slices_per_track"]) == len(events)
+
+
+class _Prof:
+    """Enough of torch.profiler.profile for TraceWriter: a step number, an export, operator tables."""
+    step_num = 5
+
+    def __init__(self, events):
+        self.events = events
+
+    def export_chrome_trace(self, path):
+        with gzip.open(path, "wt") as f:
+            json.dump({"traceEvents": self.events}, f)
+
+    def key_averages(self):
+        return type("Averages", (), {"table": lambda self, **kw: "operators\n"})()
+
+
+def test_a_trace_that_cannot_be_made_to_nest_is_kept_as_exported_and_said(tmp_path, monkeypatch):
+    import profiling
+
+    def refuse(path):
+        raise nesting.NestingError("two CPU scopes cross")
+    monkeypatch.setattr(nesting, "repair_file", refuse)
+    events = scope_between_enter_and_exit()
+    writer = profiling.TraceWriter(str(tmp_path), "json.gz", cuda=False)
+    writer(_Prof(events))
+    cycle, = writer.cycles
+    with gzip.open(cycle["trace"], "rt") as f:
+        assert json.load(f)["traceEvents"] == events  # the profiler's export, unchanged
+    assert cycle["perfetto"]["error"] == "two CPU scopes cross"
+    line, = profiling.perfetto_line(cycle)
+    assert "kept as the profiler exported it" in line and "two CPU scopes cross" in line
+    assert not [f for f in os.listdir(os.path.dirname(cycle["trace"])) if f.startswith(".partial")]

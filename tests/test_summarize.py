@@ -369,7 +369,8 @@ def test_real_cpu_trace_from_profile_mode(profile_run):
         assert all(v > 0 for v in s["scopes_cpu_us"].values()), s["scopes_cpu_us"]
         assert sum(s["scopes_cpu_us"].values()) <= s["wall_us"]
     assert ev["gpu_idle_share"] is None
-    assert ev["crossing_slices"]["count"] > 0, "with_stack=True traces have crossing python slices"
+    # with_stack=True's Python slices cross the scopes in the profiler's export; profile mode repairs them
+    assert ev["crossing_slices"]["count"] == 0 and ev["perfetto_drops"]["count"] == 0, ev["crossing_slices"]
     assert summarize.summarize_events(summarize.load_events(trace), name=trace) == ev
 
 

@@ -152,7 +152,7 @@ def time_unprofiled(step, steps, synchronize, boundary=lambda: None, laps=None):
 def bracketed(step, steps, synchronize, stop, laps, settle=0):
     """steps unprofiled steps timed before the with block (the profiled cycles), and as many after it.
 
-    The host's pace drifts (the loader's most): one block of steps can sit 20% off a long bench window of
+    The host's pace drifts (the loader's most): one block of steps can sit well off a long bench window of
     the same configuration, so the ratio is read against a block on each side of the capture. A stop in
     the first block ends the run there, its completed steps counted; a stop in the second ends that block
     and keeps what it completed, so the profiled cycles keep their evidence (stop_keeping ends the run
@@ -309,7 +309,8 @@ def distortion_sentence(ratio, workers, device_input, se=None, detail="full", df
     give = ("" if se is None else
             f", give or take {se:.2f} (one standard error, from the spread of the profiled and the unprofiled steps)")
     if uncertain:
-        within = "" if interval is None else f"; against either block it lies between {interval[0]:.2f} and {interval[1]:.2f}"
+        within = ("" if interval is None else
+                  f"; against either block it lies between {interval[0]:.2f} and {interval[1]:.2f}")
         return said + give + f", but the distortion is uncertain: {uncertain}{within} (mode=bench times the pace)"
     if interval is not None:
         give += f"; 95% interval {interval[0]:.2f} to {interval[1]:.2f} against the steps before and after the capture"
@@ -375,6 +376,9 @@ def pooled_pace(capture, cpu_runs_ahead=False):
     blocks = []
     for name, key in (("before", "unprofiled"), ("after", "unprofiled_after")):
         mean, steady = unprofiled_pace(capture.get(key), cpu_runs_ahead)
+        each = (capture.get(key) or {}).get("step_ms_each")
+        if steady is None and each:  # a block a stop cut short keeps its few steps
+            mean, steady = statistics.fmean(each), list(each)
         if mean is not None:
             blocks.append((name, mean, steady, capture[key].get("steps")))
     if not blocks:
@@ -603,7 +607,7 @@ def write_evidence(cycles, capture):
     ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
     se, df = ratio_se(ratio, profiled, steady)
     bracket = distortion_interval(head["profiled_step_ms"], profiled, blocks)
-    interval = (bracket["distortion_low"], bracket["distortion_high"]) if bracket["distortion_low"] is not None else None
+    interval = None if bracket["distortion_low"] is None else (bracket["distortion_low"], bracket["distortion_high"])
     head.update(unprofiled_step_ms=unprofiled_ms, profiler_distortion=ratio, profiler_distortion_se=se,
                 profiler_distortion_df=df, **bracket,
                 headline_cycles=chosen, unprofiled_step_ms_range=[min(steady), max(steady)] if steady else None)

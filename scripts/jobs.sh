@@ -7,7 +7,7 @@
 # root (the offline root), flags (an array: train.py flags for every job, last, so they override),
 # PIN and PY, and n=0 failed=0 (counted here). A failing job prints the end of its log; the caller goes on.
 job() {
-  local mode=$1 repeat=$2 config cmd log rc=0
+  local mode=$1 repeat=$2 config cmd log rc=0 t0=$SECONDS
   read -r -a config <<< "$3"
   shift 3
   cmd=(train.py --mode "$mode" --device cuda "${config[@]}" "$@")
@@ -17,6 +17,7 @@ job() {
   echo "=== ${cmd[*]}"
   # shellcheck disable=SC2086  # PIN is a command line, split on purpose
   $PIN "$PY" "${cmd[@]}" > "$log" 2>&1 || rc=$?
+  echo "--- $((SECONDS - t0)) s"
   if [ "$rc" = 0 ]; then
     grep -E '^(bench|profile):' "$log" || true
   else

@@ -4,7 +4,8 @@
 
 ROOT is an offline root (ROOT/runs/<uuid>/outputs/run.json), such as one of the results/ folders. The
 measurements of a profile run are its traces and the timings its run.json holds (the unprofiled steps
-before the capture, and after it in runs made since that block was timed; the pauses between profiled steps, and, in runs made since they were recorded, each step's duration);
+before the capture, and after it in runs made since that block was timed; the pauses between profiled
+steps; and, in runs made since they were recorded, each step's duration);
 the evidence is derived from them. This script derives it again, so that runs recorded before a change
 to the derivation read as new runs would. The run's own files are not changed: for each profile run it
 writes DIR/<uuid>/ (default ROOT/reevidence/<uuid>/): links to the traces, each cycle's evidence

@@ -146,8 +146,9 @@ def test_a_profile_run_times_equal_blocks_before_and_after_the_capture(profile_r
 def test_a_stop_during_the_after_block_keeps_the_profiled_results(tmp_path):
     """SIGTERM in the second unprofiled block: it ends there, the evidence is written with the steps it
     completed, and run.json says stopped with the results."""
-    argv = ["--mode", "profile", "--device", "cpu", "--data", "synthetic", "--batch-size", "48", "--warmup-steps", "1"]
-    code, stderr, workers = signal_at(argv, tmp_path, "unprofiled steps after the capture (", signal.SIGTERM)
+    argv = ["--mode", "profile", "--device", "cpu", "--data", "synthetic", "--batch-size", "16", "--warmup-steps", "1"]
+    code, stderr, workers = signal_at(argv, tmp_path, "unprofiled steps after the capture (", signal.SIGTERM,
+                                      timeout=900)  # the marker comes after both profiled cycles
     record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"unprofiled timing after"})
     res = record.get("results")
     assert res and res["evidence"]["verdict"], "the profiled cycles' results were dropped"

@@ -28,7 +28,7 @@ class TableError(Exception):
 
 
 def load(root):
-    """The finished runs under root with results, as (uuid, run.json), oldest first."""
+    """The finished runs under root with results, as (uuid, run.json), oldest first (by started_at)."""
     runs_dir = os.path.join(root, "runs")
     if not os.path.isdir(runs_dir):
         raise TableError(f"{root} holds no offline runs (no runs/ folder)")
@@ -41,7 +41,7 @@ def load(root):
             continue
         if run.get("results"):
             runs.append((uuid, run))
-    return runs
+    return sorted(runs, key=lambda ur: str(ur[1].get("started_at") or ""))
 
 
 def bench_step_ms(run):
@@ -79,6 +79,8 @@ def rows_of(runs):
             bench.setdefault((config(run), (run.get("settings") or {}).get("repeat")), bench_step_ms(run))
     rows, flags = {}, {}
     profiles = [(u, r) for u, r in runs if r.get("mode") == "profile"]
+    for key in dict.fromkeys(config(r) for _, r in profiles):  # the configurations in the order they ran
+        rows[key], flags[key] = [], []
     order = lambda ur: ((ur[1].get("settings") or {}).get("profile_detail") or "full",  # noqa: E731
                         (ur[1].get("settings") or {}).get("repeat") or 0)
     for uuid, run in sorted(profiles, key=order):
@@ -88,14 +90,14 @@ def rows_of(runs):
         ratio, held = inside(e, bench_ms)
         interval = ("" if e.get("distortion_low") is None
                     else f" [{e['distortion_low']:.2f}, {e['distortion_high']:.2f}]")
-        rows.setdefault(key, []).append([
+        rows[key].append([
             s.get("profile_detail") or "full", _f(s.get("repeat"), "d"), uuid[:8],
             _ms(e.get("unprofiled_before_ms", e.get("unprofiled_step_ms")), e.get("unprofiled_before_sd_ms")),
             _ms(e.get("unprofiled_after_ms"), e.get("unprofiled_after_sd_ms")), _f(e.get("unprofiled_drift"), ".2f"),
             _f(e.get("profiled_step_ms"), ".2f"),
             _f(e.get("profiler_distortion"), ".2f") + interval + (" uncertain" if e.get("distortion_uncertain") else ""),
             _f(bench_ms, ".2f"), _f(ratio, ".2f"), {True: "yes", False: "no", None: "n/a"}[held]])
-        flags.setdefault(key, []).append(held)
+        flags[key].append(held)
     return rows, flags
 
 

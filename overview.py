@@ -31,8 +31,10 @@ def ended(data):
     head = _heading(data)
     if data.get("status") == "stopped":
         s = data.get("stopped") or {}
+        kept = ("the profiled cycles' results are kept" if (data.get("results") or {}).get("evidence")
+                else "no results")
         line = (f"Stopped by {s.get('signal', 'a signal')} during {s.get('phase', 'the run')}, after "
-                f"{s.get('steps_completed_in_phase', 0)} steps of that phase: no results.")
+                f"{s.get('steps_completed_in_phase', 0)} steps of that phase: {kept}.")
     else:
         line = f"Failed: {_one_line(data.get('error') or 'no error recorded')}. No results."
     return f"{head}: {data.get('status', 'ended')}", f"{line} See run.json for what was recorded.\n"
@@ -46,6 +48,21 @@ CYCLE_FIGURES = (("profiled_step_ms", "profiled step", "{:.1f} ms"),
                  ("input_gap_share", "input gap", "{:.0%} of the GPU's idle time"))
 
 
+def bracket_text(evidence):
+    """The unprofiled steps before and after the capture, their drift and the distortion's 95% interval, in
+    words ("" for a run timed before the capture alone)."""
+    before, after = evidence.get("unprofiled_before_ms"), evidence.get("unprofiled_after_ms")
+    if before is None or after is None:
+        return ""
+    said = (f"; unprofiled steps {before:.1f} ms before the capture and {after:.1f} ms after it "
+            f"(after/before {evidence['unprofiled_drift']:.2f})")
+    if evidence.get("distortion_low") is not None:
+        said += f"; 95% interval {evidence['distortion_low']:.2f}x to {evidence['distortion_high']:.2f}x"
+    if evidence.get("distortion_uncertain"):
+        said += f"; uncertain: {evidence['distortion_uncertain']}"
+    return said
+
+
 def profile_text(results, out_dir):
     evidence = results.get("evidence") or {}
     verdict = (evidence.get("verdict") or {}).get("sentence")
@@ -55,7 +72,7 @@ def profile_text(results, out_dir):
     if ratio is None:
         slow = "n/a (no unprofiled or no profiled step time to compare)"
     else:
-        slow = f"{ratio:.2f}x" + ("" if se is None else f" +/- {se:.2f} (one standard error)")
+        slow = f"{ratio:.2f}x" + ("" if se is None else f" +/- {se:.2f} (one standard error)") + bracket_text(evidence)
     lines += [f"**Profiler slow-down:** profiled steps over unprofiled ones: {slow}. "
               "mode=bench measures a change without the profiler.", ""]
     for c in results.get("cycles") or []:

@@ -3,11 +3,13 @@
 What the profiler distorts, and how this module keeps the evidence honest:
 - Its own cost. record_shapes, profile_memory and with_stack (--profile-detail full, the tutorial's
   capture) inflate the profiled main process only; DataLoader workers run unprofiled in their own
-  processes. So PROFILE_STEPS unprofiled steps are timed in the same process just before the capture
-  (synchronized at both ends, never inside the profiled window, each step by a CUDA event or the host
-  clock), and profiler_distortion = profiled step / unprofiled step (their mean; where the CPU runs ahead
-  of the GPU, the first is left out when it is the slowest: it starts on an empty GPU queue) is reported
-  beside every trace's evidence, with its standard error.
+  processes. So PROFILE_STEPS unprofiled steps are timed in the same process just before the capture,
+  and as many just after it (synchronized at both ends, never inside the profiled window, each step by a
+  CUDA event or the host clock), and profiler_distortion = profiled step / unprofiled step (the mean of
+  both blocks; where the CPU runs ahead of the GPU, a block's first step is left out when it is the
+  slowest: it starts on an empty GPU queue) is reported beside every trace's evidence, with its standard
+  error and a 95% interval that covers the ratio against either block (the host's pace drifts; blocks
+  further apart than their own spread make the distortion uncertain: distortion_interval).
 - Its pauses. Writing a cycle's trace takes about a second inside profiler.step(), and starting the
   profiler takes time too; the workers keep loading meanwhile, up to workers x prefetch_factor batches
   ahead, so the steps after a long pause may be served from refilled queues and show no input wait that
@@ -31,12 +33,14 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 
 import nesting
 import stepview
 import summarize
 from runinfo import write_atomic, write_json_atomic
 from scopes import NEXT_BATCH, SCHEDULE
+from stopping import StopRequested
 
 # --profile-detail: the tutorial's capture, or one that records only the timeline.
 DETAIL = {"full": {"record_shapes": True, "profile_memory": True, "with_stack": True},
@@ -125,29 +129,76 @@ class Laps:
 
 
 def time_unprofiled(step, steps, synchronize, boundary=lambda: None, laps=None):
-    """steps plain steps between two synchronizations, just before the capture, in the same process.
+    """steps plain steps between two synchronizations, in the same process as the capture.
 
-    boundary() runs after each step (a stop request is honoured there; a flag test, no sync). laps: a Laps,
-    for each step's time (their spread says how steady the pace was that the distortion is measured
-    against). Returns the timing and the moment the last step returned (the main loop stops consuming
-    batches there: the closing synchronization and the profiler's start are the first pause).
+    boundary() runs after each step: a stop request is honoured there, by raising, or by returning true,
+    which ends the block early and keeps the steps it completed (a flag test, no sync). laps: a Laps, for
+    each step's time (their spread says how steady the pace was that the distortion is measured against).
+    Returns the timing and the moment the last step returned (the main loop stops consuming batches there:
+    the closing synchronization and the profiler's start are the first pause).
     """
     synchronize()
     t0 = time.perf_counter()
     if laps:
         laps.lap()
+    done = 0
     for _ in range(steps):
         step()
+        done += 1
         if laps:
             laps.lap()
-        boundary()
+        if boundary():
+            break
     last_step_end = time.perf_counter()
     synchronize()
     seconds = time.perf_counter() - t0
-    out = {"steps": steps, "seconds": seconds, "step_ms": seconds / steps * 1e3}
+    out = {"steps": done, "seconds": seconds, "step_ms": seconds / done * 1e3 if done else None}
     if laps:
         out["step_ms_each"] = [round(v * 1e3, 4) for v in laps.seconds()]
     return out, last_step_end
+
+
+@contextmanager
+def bracketed(step, steps, synchronize, stop, laps, settle=0):
+    """steps unprofiled steps timed before the with block (the profiled cycles), and as many after it.
+
+    The host's pace drifts (the loader's most): one block of steps can sit well off a long bench window of
+    the same configuration, so the ratio is read against a block on each side of the capture. A stop in
+    the first block ends the run there, its completed steps counted; a stop in the second ends that block
+    and keeps what it completed, so the profiled cycles keep their evidence (stop_keeping ends the run
+    after it). settle: untimed steps before the second block, which take up the batches the DataLoader
+    workers queued during the profiler's last pause (its trace dump); laps(): a new Laps. Yields
+    {"unprofiled": the first block, "since": when its last step returned}; "unprofiled_after" is added.
+    """
+    with stop.steps("unprofiled timing"):  # a stop here records the unprofiled steps completed
+        print(f"profile: timing {steps} unprofiled steps before the capture and {steps} after it (the "
+              "profiler's cost is measured against them)", file=sys.stderr)
+        before, since = time_unprofiled(step, steps, synchronize, stop.step_done, laps())
+    timing = {"unprofiled": before, "since": since}
+    yield timing
+
+    def ended():  # a step boundary that ends the block, rather than the run, on a stop
+        stop.steps_done += 1
+        return stop.requested
+    with stop.steps("unprofiled timing after"):
+        print(f"profile: timing {steps} unprofiled steps after the capture ({settle} settle steps first)",
+              file=sys.stderr)
+        cut = False
+        for _ in range(settle):
+            step()
+            if ended():
+                cut = True
+                break
+        timing["unprofiled_after"] = time_unprofiled(step, 0 if cut else steps, synchronize, ended, laps())[0]
+
+
+def stop_keeping(stop, results):
+    """A stop that ended the second unprofiled block early ends the run once its evidence is written: the
+    StopRequested carries the results, which run.json keeps beside the stop."""
+    if stop.requested:
+        e = StopRequested(stop.signum, stop.phase, stop.steps_done)
+        e.results = results
+        raise e
 
 
 class Pauses:
@@ -250,21 +301,30 @@ def refills(cycles, pauses_s, queue_depth, pace_s, compute_s=None, seen_waits=No
     return out
 
 
-def distortion_sentence(ratio, workers, device_input, se=None, detail="full", df=None, refilled=True, spread=None):
+def distortion_sentence(ratio, workers, device_input, se=None, detail="full", df=None, refilled=True, spread=None,
+                        interval=None, uncertain=None):
     """A plain sentence when the profiler slows the steps enough to hide (or inflate) input waits, when the
     profiled steps ran faster than the unprofiled ones (which the profiler cannot cause), or when the ratio
     is too uncertain to read: 1 lies within its 95% interval (se: its standard error, df: the degrees of
     freedom the interval uses). detail: the capture's --profile-detail (a lean capture still pays for
     recording every operator). refilled: whether a refill served any traced step (with workers, the cause
     of a ratio below 1 is then queued batches, else a change of the host's pace); spread: the unprofiled
-    steps' (fastest, slowest) ms, said with a ratio below 1."""
+    steps' (fastest, slowest) ms, said with a ratio below 1. interval: (low, high), the 95% interval that
+    brackets the capture (distortion_interval), which decides "too uncertain" where given; uncertain: why the
+    unprofiled blocks disagree, which makes the distortion uncertain whatever its size."""
     if ratio is None:
         return None
     lean = "compare --profile-detail lean" if detail == "full" else "a lean capture still records every operator"
     said = f"profiled steps take {ratio:.2f}x the unprofiled ones"
     give = ("" if se is None else
             f", give or take {se:.2f} (one standard error, from the spread of the profiled and the unprofiled steps)")
-    if se is not None and abs(ratio - 1) < t975(df) * se:
+    if uncertain:
+        within = ("" if interval is None else
+                  f"; against either block it lies between {interval[0]:.2f} and {interval[1]:.2f}")
+        return said + give + f", but the distortion is uncertain: {uncertain}{within} (mode=bench times the pace)"
+    if interval is not None:
+        give += f"; 95% interval {interval[0]:.2f} to {interval[1]:.2f} against the steps before and after the capture"
+    if (interval[0] < 1 < interval[1]) if interval is not None else (se is not None and abs(ratio - 1) < t975(df) * se):
         return (said + give + ": too uncertain to tell the profiler's cost from none" +
                 ("; with DataLoader workers both timings can be paced by the loader, which hides the profiler's "
                  "cost to the main process" if workers else ""))
@@ -318,6 +378,67 @@ def ratio_se(ratio, profiled_ms, unprofiled_ms):
     return ratio * math.sqrt(total), df
 
 
+def pooled_pace(capture, cpu_runs_ahead=False):
+    """The unprofiled step of the run: the steps before and after the capture pooled (unprofiled_pace on
+    each block), their per-step times, and each block as (name, mean ms, per-step ms or None, steps timed).
+    A run recorded before the second block was timed, or stopped before it completed a step, has the first
+    alone."""
+    blocks = []
+    for name, key in (("before", "unprofiled"), ("after", "unprofiled_after")):
+        mean, steady = unprofiled_pace(capture.get(key), cpu_runs_ahead)
+        each = (capture.get(key) or {}).get("step_ms_each")
+        if steady is None and each:  # a block a stop cut short keeps its few steps
+            mean, steady = statistics.fmean(each), list(each)
+        if mean is not None:
+            blocks.append((name, mean, steady, capture[key].get("steps")))
+    if not blocks:
+        return None, None, []
+    if all(b[2] for b in blocks):
+        steady = [v for b in blocks for v in b[2]]
+        return statistics.fmean(steady), steady, blocks
+    counts = [b[3] or 1 for b in blocks]
+    return sum(b[1] * n for b, n in zip(blocks, counts)) / sum(counts), None, blocks
+
+
+def distortion_interval(profiled_ms, profiled_each, blocks):
+    """Each unprofiled block's figures, their drift, and the distortion's 95% interval, bracketing the capture.
+
+    The rule: the interval covers the ratio against either block, each give or take its own sampling
+    error. low = the least of (profiled / block - t975 x se), high = the greatest of (profiled / block + t975
+    x se), over the blocks, se from ratio_se (the profiled steps' spread and that block's). It is None
+    where a block has no per-step times. The blocks agree unless their means differ by more than t975
+    standard errors of the difference (Welch); where they do not, the host's pace drifted across the
+    capture: distortion_uncertain says so, naming both means (None where they agree or cannot be tested).
+    blocks: [(name, mean ms, per-step ms or None, steps timed)] as pooled_pace gives them.
+    """
+    out = {"unprofiled_drift": None, "distortion_low": None, "distortion_high": None, "distortion_uncertain": None}
+    for name in ("before", "after"):
+        out.update({f"unprofiled_{name}_ms": None, f"unprofiled_{name}_sd_ms": None, f"unprofiled_{name}_steps": None})
+    spans = []
+    for name, mean, each, steps in blocks:
+        many = each is not None and len(each) >= 2
+        out.update({f"unprofiled_{name}_ms": mean, f"unprofiled_{name}_steps": steps,
+                    f"unprofiled_{name}_sd_ms": statistics.stdev(each) if many else None})
+        ratio = profiled_ms / mean if profiled_ms and mean else None
+        se, df = ratio_se(ratio, profiled_each, each)
+        spans.append(None if se is None else (ratio - t975(df) * se, ratio + t975(df) * se))
+    if spans and None not in spans:
+        out["distortion_low"], out["distortion_high"] = min(a for a, _ in spans), max(b for _, b in spans)
+    if len(blocks) < 2:
+        return out
+    (_, b, before, _), (_, a, after, _) = blocks
+    out["unprofiled_drift"] = a / b
+    if not (before and after and len(before) >= 2 and len(after) >= 2):
+        return out
+    vb, va = statistics.variance(before) / len(before), statistics.variance(after) / len(after)
+    df = (vb + va) ** 2 / (vb * vb / (len(before) - 1) + va * va / (len(after) - 1)) if vb + va else None
+    if abs(a - b) > t975(df) * math.sqrt(vb + va) if vb + va else a != b:
+        out["distortion_uncertain"] = (
+            f"the unprofiled steps before the capture took {b:.2f} ms and those after it {a:.2f} ms, further "
+            "apart than their own spread allows: the host's pace drifted across the capture")
+    return out
+
+
 # Two-sided 95% quantiles of Student's t by degrees of freedom (rounded down: the wider interval).
 T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
         15: 2.13, 20: 2.09, 30: 2.04, 60: 2.00}
@@ -336,10 +457,12 @@ def capture_lines(cycle, capture):
     se = capture.get("profiler_distortion_se")
     lines = [f"the profiler's cost (--profile-detail {capture['detail']}): a profiled step took "
              f"{_ms(capture['profiled_step_ms'])} ms, an unprofiled one {_ms(capture['unprofiled_step_ms'])} ms "
-             f"({capture['unprofiled_steps']} steps in the same process just before the capture"
-             f"{_spread(capture.get('unprofiled_step_ms_each'))}): the profiler slowed the step "
+             f"({_blocks(capture)}{_spread(capture.get('unprofiled_step_ms_each'))}): the profiler slowed the step "
              f"{_ratio(capture['profiler_distortion'])}x{'' if se is None else f' +/- {se:.2f}'} "
              "(profiler_distortion in run.json)"]
+    if capture.get("distortion_low") is not None:
+        lines.append(f"  95% interval {capture['distortion_low']:.2f} to {capture['distortion_high']:.2f}: it covers "
+                     "the ratio against either block, each give or take its own sampling error")
     if capture["distortion_sentence"]:
         lines.append(f"  {capture['distortion_sentence']}")
     for d in capture["dumps"]:
@@ -376,6 +499,18 @@ def perfetto_line(cycle):
     return [f"Perfetto: {p['clipped']} Python slices clipped by at most {p['clipped_max_us']:.1f} µs, "
             f"{p['moved']} GPU events moved to a sibling track; every slice nests "
             f"({p['violations_before']} would have been dropped by Perfetto before v57.1)"]
+
+
+def _blocks(capture):
+    """The unprofiled blocks in words: the steps before the capture, and those after it where timed."""
+    after = capture.get("unprofiled_after_ms")
+    if after is None:
+        return f"{capture['unprofiled_steps']} steps in the same process just before the capture"
+    before, drift = capture["unprofiled_before_ms"], capture["unprofiled_drift"]
+    sd = lambda k: "" if capture.get(k) is None else f", sd {capture[k]:.2f}"  # noqa: E731
+    return (f"{capture['unprofiled_before_steps']} steps in the same process just before the capture, "
+            f"{before:.2f} ms{sd('unprofiled_before_sd_ms')}, and {capture['unprofiled_after_steps']} just after "
+            f"it, {after:.2f} ms{sd('unprofiled_after_sd_ms')}: after/before {drift:.2f}")
 
 
 def _spread(each):
@@ -465,7 +600,7 @@ def write_evidence(cycles, capture):
     """
     evidences = {c["cycle"]: summarize.summarize_file(c["trace"], lanes=True) for c in cycles}
     ahead = bool(cycles) and all(evidences[c["cycle"]].get("idle_basis") == "gpu_timeline" for c in cycles)
-    unprofiled_ms, steady = unprofiled_pace(capture.get("unprofiled"), ahead)
+    unprofiled_ms, steady, blocks = pooled_pace(capture, ahead)
     pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
     compute_s, seen, measured = loop_timings(capture, cycles, evidences, pace_s)
     refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen, measured)
@@ -494,17 +629,20 @@ def write_evidence(cycles, capture):
                 [s["pace_us"] / 1e3 for k in chosen for s in evidences[k]["steps"] if s.get("pace_us")])
     ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
     se, df = ratio_se(ratio, profiled, steady)
+    bracket = distortion_interval(head["profiled_step_ms"], profiled, blocks)
+    interval = None if bracket["distortion_low"] is None else (bracket["distortion_low"], bracket["distortion_high"])
     head.update(unprofiled_step_ms=unprofiled_ms, profiler_distortion=ratio, profiler_distortion_se=se,
-                profiler_distortion_df=df,
+                profiler_distortion_df=df, **bracket,
                 headline_cycles=chosen, unprofiled_step_ms_range=[min(steady), max(steady)] if steady else None)
     account = {"detail": capture["detail"], "unprofiled_step_ms": unprofiled_ms,
                "unprofiled_steps": capture["unprofiled"]["steps"] if capture.get("unprofiled") else None,
                "profiled_step_ms": head["profiled_step_ms"], "profiler_distortion": ratio,
-               "profiler_distortion_se": se, "unprofiled_step_ms_each": steady,
+               "profiler_distortion_se": se, "unprofiled_step_ms_each": steady, **bracket,
                "distortion_sentence": distortion_sentence(
                    ratio, capture["workers"], capture["device_input"], se, capture["detail"], df,
                    refilled=any(c["refilled_by"] for c in cycles),
-                   spread=(min(steady), max(steady)) if steady else None),
+                   spread=(min(steady), max(steady)) if steady else None, interval=interval,
+                   uncertain=bracket["distortion_uncertain"]),
                "queue_depth": capture["queue_depth"], "queue": capture["queue"],
                "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
                "compute_s": [round(t, 4) for t in compute_s], "waits_seen_s": {str(k): round(v, 4) for k, v in seen.items()},
@@ -515,7 +653,7 @@ def write_evidence(cycles, capture):
         evidence = evidences[c["cycle"]]
         evidence["verdict"] = profiler_caveat(tailor_next(evidence["verdict"], capture.get("on")), [evidence["window"]], {
             "profiler_distortion": ratio, "profiler_distortion_se": se, "profiler_distortion_df": df,
-            "unprofiled_step_ms": unprofiled_ms})
+            "unprofiled_step_ms": unprofiled_ms, **bracket})
         if c["refilled_by"] and evidence["verdict"]["stage"]:
             evidence["verdict"]["sentence"] += (" This cycle followed a pause that refilled the loader's queues: "
                                                 "its input waits may be understated.")
@@ -559,13 +697,18 @@ def profiler_caveat(v, parts, head):
     The profiler slows the host side, so the GPU's waits for the host grow in the profiled steps while its
     busy time does not. When the GPU's busy time per step would fill GPU_BOUND_AT of the unprofiled step,
     the profiled waits may be the profiler's own: the stage is withheld (profiled_stage keeps it) and the
-    sentence says both readings."""
-    ratio, se, unprofiled = (head.get(k) for k in ("profiler_distortion", "profiler_distortion_se",
-                                                   "unprofiled_step_ms"))
+    sentence says both readings. The interval is distortion_low's where the evidence has it (the steps before
+    and after the capture), else the ratio's own (runs timed before the capture alone)."""
+    ratio, se, unprofiled, low, high = (head.get(k) for k in (
+        "profiler_distortion", "profiler_distortion_se", "unprofiled_step_ms", "distortion_low", "distortion_high"))
     if not (v["stage"] and ratio and unprofiled):
         return v
-    if not (ratio - t975(head.get("profiler_distortion_df")) * se > 1 if se else ratio > DISTORTION_NOTE_AT):
+    if low is not None:
+        if not low > 1:
+            return v
+    elif not (ratio - t975(head.get("profiler_distortion_df")) * se > 1 if se else ratio > DISTORTION_NOTE_AT):
         return v
+    times = f"{low:.2f}x to {high:.2f}x" if head.get("distortion_uncertain") else f"{ratio:.2f}x"
     steps = sum(p.get("steps", 1) for p in parts)
     busy = [p.get("gpu_busy_us") for p in parts]
     busy_ms = None if None in busy else sum(busy) / steps / 1e3
@@ -574,11 +717,11 @@ def profiler_caveat(v, parts, head):
              "share": None, "next": None, "unprofiled_busy_share": busy_ms / unprofiled}
         v["sentence"] = (f"Uncertain: in the profiled steps {v['profiled_stage']} is the GPU's largest wait "
                          f"({100 * v['profiled_share']:.0f}% of the step), but the profiler made those steps "
-                         f"{ratio:.2f}x as long; at the unprofiled pace ({unprofiled:.2f} ms) the GPU's "
+                         f"{times} as long; at the unprofiled pace ({unprofiled:.2f} ms) the GPU's "
                          f"{busy_ms:.2f} ms of work would fill {100 * busy_ms / unprofiled:.0f}% of the step, where "
                          "GPU compute holds it. mode=bench, against a change, decides.")
         return v
-    return {**v, "sentence": v["sentence"] + f" The profiler made these steps {ratio:.2f}x as long as unprofiled "
+    return {**v, "sentence": v["sentence"] + f" The profiler made these steps {times} as long as unprofiled "
                                             "ones: the shares are of the profiled step."}
 
 
@@ -610,7 +753,7 @@ def draw_cycle(c, evidence):
 # Headline figures logged as Polyaxon outputs (scalars only; reasons and lists stay in run.json).
 OUTPUT_KEYS = ("profiled_step_ms", "gpu_idle_share", "input_gap_share", "gpu_work_ms_per_step",
                "gpu_span_ms_per_step", "cpu_step_ms", "cpu_runs_ahead", "unprofiled_step_ms", "profiler_distortion",
-               "profiler_distortion_se")
+               "profiler_distortion_se", "unprofiled_drift", "distortion_low", "distortion_high")
 
 
 def log_cycles(record, results):

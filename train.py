@@ -22,9 +22,9 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     torchrun --nproc-per-node 2 train.py --ddp --mode profile --workers 4
     python ranks.py OUTPUTS/traces          # the evidence across ranks: the slow rank and its stage
 
-mode=profile: warm-up steps, 10 unprofiled steps timed (the profiler's cost is
-measured against them), then torch.profiler with schedule(wait=1, warmup=1,
-active=3, repeat=2) over 10 steps: two Chrome traces (open them in
+mode=profile: warm-up steps, then torch.profiler with schedule(wait=1, warmup=1,
+active=3, repeat=2) over 10 steps, 10 unprofiled steps timed on each side (the
+profiler's cost is measured against them): two Chrome traces (open them in
 ui.perfetto.dev), operator tables, trace evidence (summarize.py), run.json.
 --profile-detail lean drops record_shapes, profile_memory and with_stack.
 mode=bench: the same warm-up, then a synchronized window of --bench-steps
@@ -205,7 +205,7 @@ def warm_up(torch, step, device, args, stop):
 # --------------------------------------------------------------------------- mode=profile
 
 def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_clock=None):
-    """The profiler's cost first (unprofiled steps, timed), then ten steps under the tutorial's schedule:
+    """Ten steps under the tutorial's schedule, between two blocks of unprofiled steps (the profiler's cost):
     one trace and two operator tables per cycle, every pause between steps timed, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -215,15 +215,13 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
         print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks", file=sys.stderr)
     save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir,  # traces/rank{R}/ in DDP
                                        skip=lambda: stop.requested)
-    with stop.steps("unprofiled timing"):  # a stop here records the unprofiled steps completed
-        print(f"profile: timing {PROFILE_STEPS} unprofiled steps (the profiler's cost is measured against them)",
-              file=sys.stderr)
-        unprofiled, last_step_end = profiling.time_unprofiled(step, PROFILE_STEPS, lambda: synchronize(torch, device),
-                                                              stop.step_done, profiling.Laps(torch, cuda))
-    pauses = profiling.Pauses(since=last_step_end, input_clock=input_clock)  # input_clock: Batches.waited_s
-    with stop.steps("profile"):
-        with profile(activities=activities, schedule=schedule(**SCHEDULE), on_trace_ready=save_trace,
-                     **profiling.DETAIL[args.profile_detail]) as profiler:
+    workers, factor = loader.get("num_workers") or 0, loader.get("prefetch_factor")
+    with profiling.bracketed(step, PROFILE_STEPS, lambda: synchronize(torch, device), stop,
+                             lambda: profiling.Laps(torch, cuda), settle=workers * (factor or 0)) as timing:
+        pauses = profiling.Pauses(since=timing.pop("since"), input_clock=input_clock)  # Batches.waited_s
+        with stop.steps("profile"), profile(activities=activities, schedule=schedule(**SCHEDULE),
+                                            on_trace_ready=save_trace,
+                                            **profiling.DETAIL[args.profile_detail]) as profiler:
             for _ in range(PROFILE_STEPS):
                 pauses.before_step()
                 step()
@@ -231,19 +229,19 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
                 profiler.step()  # writes a cycle's trace at its end
                 stop.step_done()
     # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
-    timing = {"unprofiled": unprofiled, "pauses_s": pauses.seconds, "steps_s": pauses.step_seconds,
-              "inputs_s": pauses.input_seconds}
-    workers, factor = loader.get("num_workers") or 0, loader.get("prefetch_factor")
+    timing.update(pauses_s=pauses.seconds, steps_s=pauses.step_seconds, inputs_s=pauses.input_seconds)
     evidence = profiling.write_evidence(save_trace.cycles, {
         **timing, "detail": args.profile_detail, "queue_depth": workers * (factor or 0), "workers": workers,
         "queue": f"{workers} workers x prefetch_factor {factor}" if workers else "no worker processes",
         "device_input": loader["kind"] == "device",
         "on": {k: getattr(args, k) for k in ("amp", "channels_last", "compile")}})  # the verdict's next step
-    return {"evidence": evidence, **timing, "activities": [a.name for a in activities], "gpu_tracks": cuda,
-            "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
-            "schedule": SCHEDULE, "profile_detail": args.profile_detail,
-            "options": profiling.DETAIL[args.profile_detail], "cycles": save_trace.cycles,
-            "profiling_caveat": profiling.summarize.CAVEAT}
+    results = {"evidence": evidence, **timing, "activities": [a.name for a in activities], "gpu_tracks": cuda,
+               "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
+               "schedule": SCHEDULE, "profile_detail": args.profile_detail,
+               "options": profiling.DETAIL[args.profile_detail], "cycles": save_trace.cycles,
+               "profiling_caveat": profiling.summarize.CAVEAT}
+    profiling.stop_keeping(stop, results)  # a stop in the last unprofiled block: recorded with these results
+    return results
 
 
 # --------------------------------------------------------------------------- mode=bench
@@ -319,6 +317,8 @@ def stopped(record, stop):
     if record is None:
         print(f"train.py: {stop}; no run was started", file=sys.stderr)
     else:
+        if getattr(stop, "results", None):  # profiling.stop_keeping: the profiled cycles completed
+            record["results"] = stop.results
         record.stopped(stop)
         print(f"train.py: {stop}; run.json says stopped: {record.path}", file=sys.stderr)
     return stop.exit_code

@@ -3,8 +3,9 @@
     python scripts/reevidence.py ROOT [--out DIR]
 
 ROOT is an offline root (ROOT/runs/<uuid>/outputs/run.json), such as one of the results/ folders. The
-measurements of a profile run are its traces and the timings its run.json holds (the unprofiled steps,
-the pauses between profiled steps, and, in runs made since they were recorded, each step's duration);
+measurements of a profile run are its traces and the timings its run.json holds (the unprofiled steps
+before the capture, and after it in runs made since that block was timed; the pauses between profiled
+steps; and, in runs made since they were recorded, each step's duration);
 the evidence is derived from them. This script derives it again, so that runs recorded before a change
 to the derivation read as new runs would. The run's own files are not changed: for each profile run it
 writes DIR/<uuid>/ (default ROOT/reevidence/<uuid>/): links to the traces, each cycle's evidence
@@ -47,6 +48,7 @@ def capture_of(run):
     res, loader = run["results"], run.get("loader") or {}
     workers = loader.get("num_workers") or 0
     return {"detail": res.get("profile_detail") or "full", "unprofiled": res.get("unprofiled"),
+            "unprofiled_after": res.get("unprofiled_after"),  # absent in runs timed before the capture alone
             "pauses_s": res.get("pauses_s") or [], "steps_s": res.get("steps_s"), "inputs_s": res.get("inputs_s"),
             "queue_depth": workers * (loader.get("prefetch_factor") or 0),
             "queue": f"{workers} workers x prefetch_factor {loader.get('prefetch_factor')}" if workers
@@ -90,7 +92,9 @@ def row(r):
     lo_hi = e.get("unprofiled_step_ms_range")
     unprofiled = fmt(e.get("unprofiled_step_ms"), ".2f") + (f" ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})" if lo_hi else "")
     ratio = fmt(e.get("profiler_distortion"), ".2f") + (
-        f" +/- {e['profiler_distortion_se']:.2f}" if e.get("profiler_distortion_se") is not None else "")
+        f" +/- {e['profiler_distortion_se']:.2f}" if e.get("profiler_distortion_se") is not None else "") + (
+        f" [{e['distortion_low']:.2f}, {e['distortion_high']:.2f}]" if e.get("distortion_low") is not None else "") + (
+        " uncertain" if e.get("distortion_uncertain") else "")
     used = (f"steps {','.join(map(str, e['headline_steps']))}" if e.get("headline_steps")
             else f"cycles {','.join(map(str, e.get('headline_cycles') or []))}")
     return [r["uuid"][:8], report.configuration(r["settings"] or {}), (r["settings"] or {}).get("profile_detail") or "full",
@@ -120,7 +124,7 @@ def main(argv=None):
             skipped.append(f"  {uuid[:8]}: {e}")
     if rows:
         print(report.table(["run", "configuration", "capture", "GPU idle share", "input gap share of idle",
-                            "unprofiled step ms (range)", "profiled step ms", "distortion", "headline from"], rows))
+                            "unprofiled step ms (range)", "profiled step ms", "distortion (95% interval)", "headline from"], rows))
         print(f"\nevidence written under {out}")
     if skipped:
         print("not read:\n" + "\n".join(skipped))

@@ -105,7 +105,12 @@ def figure(r, key, fmt):
     value = outputs.get(key, evidence.get(key))
     if key == "profiler_distortion" and value is not None:
         se = outputs.get("profiler_distortion_se", evidence.get("profiler_distortion_se"))
-        return fmt.format(value) + ("" if se is None else f" +/- {se:.2f}")
+        low, high = (outputs.get(k, evidence.get(k)) for k in ("distortion_low", "distortion_high"))
+        said = fmt.format(value) + ("" if se is None else f" +/- {se:.2f}")
+        if low is not None:
+            drift = evidence.get("unprofiled_drift")
+            said += f" (95%: {low:.2f} to {high:.2f}" + ("" if drift is None else f", after/before {drift:.2f}") + ")"
+        return said + (" uncertain" if evidence.get("distortion_uncertain") else "")
     if value is None:
         if cpu_only(r) and key in GPU_FIGURES:
             return "n/a (CPU-only trace)"
@@ -232,7 +237,8 @@ def report(runs):
         rows = [[r["uuid"][:8], configuration(settings_of(r)), settings_of(r).get("profile_detail") or "full",
                  device_of(r)] + [figure(r, key, fmt) for key, _, fmt in EVIDENCE] for r in profile]
         out += ["profile: what the traces show, over the traced steps whose input waits the capture did not hide "
-                "(docs/EVIDENCE.md); profiler slow-down = profiled step / unprofiled step of the same run",
+                "(docs/EVIDENCE.md); profiler slow-down = profiled step / unprofiled step of the same run (the "
+                "steps timed before and after the capture pooled; its interval covers the ratio against either block)",
                 table(["run", "configuration", "capture", "device"] + [title for _, title, _ in EVIDENCE], rows)]
         for r in profile:
             said = ((r["run"].get("results") or {}).get("evidence") or {}).get("distortion_sentence")

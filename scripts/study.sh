@@ -43,23 +43,8 @@ cd "$(dirname "$0")/.."
 export POLYAXON_OFFLINE_ROOT=$root POLYAXON_TRACKING_FLUSH_DELAY=0 PYTHONUNBUFFERED=1
 
 n=0 failed=0
-job() {  # job MODE REPEAT|- CONFIG: one train.py process, its output in ROOT/logs
-  local mode=$1 repeat=$2 config cmd log rc=0
-  read -r -a config <<< "$3"
-  cmd=(train.py --mode "$mode" --device cuda "${config[@]}")
-  [ "$repeat" = - ] || cmd+=(--repeat "$repeat")
-  cmd+=("${flags[@]}")
-  n=$((n + 1)); log=$(printf '%s/logs/%03d-%s.log' "$root" "$n" "$mode")
-  echo "=== ${cmd[*]}"
-  # shellcheck disable=SC2086  # PIN is a command line, split on purpose
-  $PIN "$PY" "${cmd[@]}" > "$log" 2>&1 || rc=$?
-  if [ "$rc" = 0 ]; then
-    grep -E '^(bench|profile):' "$log" || true
-  else
-    failed=$((failed + 1))
-    echo "*** FAILED (exit $rc), the end of $log:"; tail -n 15 "$log" | sed 's/^/    /'
-  fi
-}
+# shellcheck source=scripts/jobs.sh
+source scripts/jobs.sh  # job MODE REPEAT|- CONFIG: one train.py process, its output in ROOT/logs
 
 for repeat in $(seq 1 "$repeats"); do
   for c in "${configs[@]}"; do job bench "$repeat" "$c"; done

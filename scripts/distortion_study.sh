@@ -11,6 +11,7 @@
 #   CONFIGS='a;b;c'  the configurations, train.py flags separated by ';' (default: the four below)
 #   PIN              the CPU pinning of every job (default: 'taskset -c 0-3'; PIN= turns it off)
 #   PY               the Python that runs the jobs (default: python3)
+#   FIRST_REPEAT     the first repeat's number (default 1): a study split over several calls, in one ROOT
 #
 # --bench-steps: the bench window (default 300). --out: the table (default ROOT/distortion.md).
 # Every job gets --device cuda; flags after -- go to every job and come last, so `-- --device cpu`
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 flags=("$@")
-IFS=';' read -r -a configs <<< "${CONFIGS:---workers 0;--workers 4;--workers 0 --cuda-graph --compile default;--workers 0 --gpu-input --cuda-graph --compile default --amp bf16 --channels-last --fused-sgd --cudnn-benchmark}"
+IFS=';' read -r -a configs <<< "${CONFIGS:---workers 0;--workers 4;--workers 0 --gpu-input --cuda-graph;--workers 0 --gpu-input --cuda-graph --compile default --amp bf16 --channels-last --fused-sgd --cudnn-benchmark}"
 PIN=${PIN-taskset -c 0-3}
 PY=${PY:-python3}
 mkdir -p "$root/logs"
@@ -40,12 +41,14 @@ case $table in '') table=$root/distortion.md ;; /*) ;; *) table=$PWD/$table ;; e
 cd "$(dirname "$0")/.."
 export POLYAXON_OFFLINE_ROOT=$root POLYAXON_TRACKING_FLUSH_DELAY=0 PYTHONUNBUFFERED=1
 
-n=0 failed=0
+n=$(find "$root/logs" -name '*.log' | wc -l) failed=0  # a later call in one ROOT numbers its logs on
 # shellcheck source=scripts/jobs.sh
 source scripts/jobs.sh  # job MODE REPEAT|- CONFIG [flags...]: one train.py process, its output in ROOT/logs
 
 kinds=(full lean bench)
-for repeat in $(seq 1 "$repeats"); do
+first=${FIRST_REPEAT:-1}
+[[ $first =~ ^[1-9][0-9]*$ ]] || usage
+for repeat in $(seq "$first" $((first + repeats - 1))); do
   for c in "${configs[@]}"; do
     for i in 0 1 2; do
       kind=${kinds[$(( (i + repeat - 1) % 3 ))]}

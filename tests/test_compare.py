@@ -252,6 +252,14 @@ def test_machine_ids_are_outputs_among_the_comparable_facts_and_read_back(tmp_pa
     assert compare.machine_key(from_outputs) == compare.machine_key(rec("r", 0, 1.0, env=ONE))
 
 
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_gpu_uuid_is_the_one_nvidia_smi_names():
+    import torch
+    import runinfo
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True)
+    assert runinfo.gpu_uuid(torch, torch.device("cuda", 0)) in smi.stdout.split(), smi.stdout
+
+
 def test_the_shared_sign_test_is_the_binomial_tail():
     """compare.py's two-sided p from ranks.sign_test_p equals 2 P(X <= min(k, n - k)) counted exactly."""
     import math

@@ -197,15 +197,15 @@ def host_ids(machine_id_files=MACHINE_ID_FILES, boot_id_file=BOOT_ID_FILE):
 
 
 def gpu_uuid(torch, device, nvidia_smi="nvidia-smi", timeout=10):
-    """The GPU's UUID as nvidia-smi writes it ("GPU-8-4-4-4-12 hex"); None on the CPU or where neither
-    torch (its device properties' uuid, torch 2.1 on) nor nvidia-smi answers."""
+    """The GPU's UUID as nvidia-smi writes it ("GPU-" and 8-4-4-4-12 hex digits); None on the CPU or where
+    neither torch (its device properties' uuid: torch 2.11 and 2.14 have it) nor nvidia-smi answers."""
     if device.type != "cuda":
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     found = getattr(torch.cuda.get_device_properties(index), "uuid", None)
     if found is not None:
-        text = str(found)
-        return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+        text = str(found)  # torch writes the bare hex digits; nvidia-smi and CUDA_VISIBLE_DEVICES prefix "GPU-"
+        return text if text.startswith("GPU-") else f"GPU-{text}"
     # nvidia-smi counts every GPU: map torch's index through CUDA_VISIBLE_DEVICES when it lists indices.
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:

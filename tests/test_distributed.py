@@ -46,7 +46,10 @@ def test_every_rank_writes_its_traces_on_the_same_steps(ddp_profile):
 def test_the_evidence_across_ranks_names_the_slow_rank_and_its_input(ddp_profile):
     """Rank 1 sleeps 200 ms in next_batch: it is the slowest, its input the stage, by about 200 ms."""
     across = read_json(os.path.join(ddp_profile["outputs"], "traces", "ranks.evidence.json"))
-    assert across["slowest_rank"] == 1 and across["slow_stage"] == "input/next_batch"
+    # Named only when rank 1 holds back all six steps: on a machine whose other processes take the ranks'
+    # CPUs for hundreds of ms, a step can go to rank 0, and the verdict then rightly says so.
+    per_step = [(s["step"], s["slowest_rank"]) for s in across["per_step"]]
+    assert across["slowest_rank"] == 1 and across["slow_stage"] == "input/next_batch", (across["verdict"], per_step)
     assert 180_000 < across["stage_excess_us"]["input/next_batch"] < 400_000, across["stage_excess_us"]
     # The sign test: the slowest in every one of the six aligned steps (the fewest for a verdict with two ranks).
     test = across["straggler_test"]

@@ -42,7 +42,6 @@ import argparse
 import csv
 import io
 import json
-import math
 import os
 import statistics
 import sys
@@ -50,10 +49,14 @@ import tempfile
 import textwrap
 from datetime import datetime, timezone
 
+from ranks import sign_test_p
+
 IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_detail"}
 # A profile run has no bench window: its evidence stands beside a group whatever the window's length.
 EVIDENCE_IGNORED = IGNORED | {"bench_steps", "warmup_steps"}
-MACHINE = ("host", "gpu", "driver", "torch", "cuda", "cpu_budget")
+# The ids tell apart machines that share a hostname; runs recorded before them have None, a value of its own.
+MACHINE_IDS = ("machine_id", "boot_id", "gpu_uuid")
+MACHINE = ("host", "gpu", "driver", "torch", "cuda", "cpu_budget") + MACHINE_IDS
 EVIDENCE = ("gpu_idle_share", "input_gap_share", "profiled_step_ms", "unprofiled_step_ms", "profiler_distortion",
             "profiler_distortion_se")
 ALPHA = 0.05
@@ -110,7 +113,8 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
         env = run_json.get("environment") or {}
         machine = {"host": env.get("hostname"), "gpu": env.get("gpu"), "driver": env.get("driver"),
                    "torch": env.get("torch"), "cuda": env.get("cuda"),
-                   "cpu_budget": (run_json.get("cpu_budget") or {}).get("cpus")}
+                   "cpu_budget": (run_json.get("cpu_budget") or {}).get("cpus"),
+                   "machine_id": env.get("machine_id"), "boot_id": env.get("boot_id"), "gpu_uuid": env.get("gpu_uuid")}
         facts = "run.json" if env else None
     return {
         "uuid": uuid, "name": name, "created_at": moment(created_at), "status": status,
@@ -205,7 +209,7 @@ def describe(rates):
 
 def smallest_p(n):
     """The smallest two-sided p the exact sign test (or the exact paired permutation test) can give with n pairs."""
-    return min(1.0, 2 / 2 ** n)
+    return sign_test_p(n, n, candidates=2)
 
 
 def pairs_needed(alpha=ALPHA):
@@ -220,9 +224,10 @@ def sign_test(ratios):
     """Exact two-sided sign test of "no difference" on paired ratios B/A; ties (exactly 1) are dropped."""
     untied = [r for r in ratios if r != 1]
     n, above = len(untied), sum(r > 1 for r in untied)
-    tail = sum(math.comb(n, i) for i in range(min(above, n - above) + 1)) / 2 ** n
+    # Two candidates (faster or slower), the side picked by the data: the two-sided test.
     return {"pairs": len(ratios), "untied": n, "above_1": above, "below_1": n - above,
-            "p": min(1.0, 2 * tail), "smallest_p": smallest_p(n), "needed": pairs_needed()}
+            "p": sign_test_p(n, max(above, n - above), candidates=2), "smallest_p": smallest_p(n),
+            "needed": pairs_needed()}
 
 
 def verdict(test, alpha=ALPHA):
@@ -279,20 +284,29 @@ def machine_key(r):
     return tuple(r["machine"].get(k) for k in MACHINE)
 
 
+def short_id(value):
+    """The first 8 characters of an id ("GPU-" left off), or "no id" for runs recorded before the ids."""
+    return "no id" if value is None else str(value).removeprefix("GPU-")[:8]
+
+
 def machine_label(key):
     m = dict(zip(MACHINE, key))
     if all(v is None for v in key):
         return "unknown machine (runs without recorded facts)"
     cpus = "CPU budget not recorded" if m["cpu_budget"] is None else f"{m['cpu_budget']:g} CPUs"
     driver = "" if m["gpu"] == "cpu" else f", driver {m['driver'] or 'not recorded'}"
-    return f"host {m['host']}: {m['gpu']}{driver}, torch {m['torch']}, CUDA {m['cuda']}, {cpus}"
+    ids = f"machine {short_id(m['machine_id'])}, boot {short_id(m['boot_id'])}"
+    if m["gpu"] != "cpu":
+        ids += f", GPU {short_id(m['gpu_uuid'])}"
+    return f"host {m['host']} ({ids}): {m['gpu']}{driver}, torch {m['torch']}, CUDA {m['cuda']}, {cpus}"
 
 
 def mixed_machines(bench):
     """One line naming each machine fact that differs between runs, with its values."""
     parts = []
     for i, k in enumerate(MACHINE):
-        values = sorted({str(machine_key(r)[i]) for r in bench})
+        values = sorted({"not recorded" if machine_key(r)[i] is None and k in MACHINE_IDS else str(machine_key(r)[i])
+                         for r in bench})
         if len(values) > 1:
             parts.append(f"{k}: {', '.join(values)}")
     return "; ".join(parts)

@@ -119,9 +119,12 @@ def ranks_profile_text(results, out_dir):
         return ""
     if top.get("error"):
         return f"\n### Across ranks\n\nn/a ({top['error']})\n"
-    stage = top.get("slow_stage") or "n/a (no scope of the slowest rank takes longer than on the others)"
-    lines = ["", "### Across ranks", "", f"- slowest rank: {top.get('slowest_rank')}; its stage: {stage}",
-             f"- {top.get('verdict')}"]
+    if top.get("slowest_rank") is None:
+        named = "slowest rank: none consistent across the aligned steps"
+    else:
+        stage = top.get("slow_stage") or "n/a (no scope of the slowest rank takes longer than on the others)"
+        named = f"slowest rank: {top['slowest_rank']}; its stage: {stage}"
+    lines = ["", "### Across ranks", "", f"- {named}", f"- {top.get('verdict')}"]
     for k, path in enumerate(top.get("pictures") or [], start=1):
         lines.append(f"- every rank's steps: `{_rel(path, out_dir)}` (also on the dashboard as steps-ranks-cycle{k})")
     lines.append("- the figures per rank and step: `traces/ranks.evidence.txt`")

@@ -24,9 +24,21 @@ Per rank, figures are means per step over the aligned steps. A GPU-bound rank's 
 of its GPU (summarize.py's cpu_runs_ahead): its NCCL kernels then run during later CPU steps, or
 after the window, so clipping them to the CPU's steps measures nothing. That rank's comm,
 exposed_comm and work are then null with the reason; its CPU figures (wall, scopes, input) stay.
-The slowest rank has the most work per step (the others wait for it); where some rank's work is
-unavailable, the most wall time per step, and the result says which figures were unavailable.
-Its stage is the scope whose CPU time (less wait) exceeds the median of the other ranks by the most.
+A step's slowest rank has the most work in that step (the others wait for it); where some rank's
+work is unavailable, the most wall time, and the result says which figures were unavailable.
+
+A straggler is named only when one rank is the slowest in nearly every aligned step: an exact
+one-sided sign test across the aligned steps. With R ranks and no straggler, each rank is the
+slowest in a step with probability 1/R. The candidate is the rank slowest in the most steps, k of n;
+p = R x P(X >= k) for X ~ Binomial(n, 1/R), at most 1: the factor R because the candidate is picked
+after looking (with two ranks it is compare.py's two-sided sign test). A straggler is named where
+p < 0.05. The smallest p that n steps can give is R^(1-n): two ranks need 6 aligned steps, slowest in
+all 6, which is what the default profile (two cycles of three steps, 2-4 and 7-9) gives. Four ranks
+need 4 steps, eight ranks 3. Fewer steps, or a rank slowest in fewer of them: "no consistent
+straggler", with the reason, and the per-step table still shown.
+A named straggler's stage: of the scopes whose CPU time (less wait) exceeds the other ranks' median
+in enough steps for the one-sided sign test (p < 0.05, chance 1/2 a step), the one with the largest
+excess per step. It describes a straggler already established; no scope, no stage, and it says why.
 
 Inside a DDP run, train.py gathers the ranks' results here: bench_results (the global rate over
 the longest rank window) and profile_evidence (this evidence, written and logged by rank 0).
@@ -36,6 +48,7 @@ import argparse
 import glob
 import gzip
 import json
+import math
 import os
 import platform
 import re
@@ -55,8 +68,30 @@ NO_COMM = ("no communication events in the trace (no NCCL kernels, no gloo/c10d 
            "not a distributed run, or a world of one")
 
 
+ALPHA = 0.05
+
+
 class RanksError(Exception):
     pass
+
+
+# --------------------------------------------------------------------------- the exact sign test
+
+def sign_test_p(n, k, chance=0.5, candidates=1):
+    """Exact sign test: candidates x P(X >= k) for X ~ Binomial(n, chance), at most 1.
+
+    One candidate: the one-sided test of a side fixed beforehand. Several: the side (or rank) was picked
+    after looking, and each could have reached k (two candidates at chance 1/2: the two-sided test)."""
+    tail = sum(math.comb(n, i) * chance ** i * (1 - chance) ** (n - i) for i in range(max(k, 0), n + 1))
+    return min(1.0, candidates * tail)
+
+
+def steps_needed(candidates, chance, alpha=ALPHA):
+    """The fewest trials with which p < alpha is reachable at all (every trial on the candidate's side)."""
+    n = 0
+    while sign_test_p(n, n, chance, candidates) >= alpha:
+        n += 1
+    return n
 
 
 # --------------------------------------------------------------------------- finding traces and ranks
@@ -279,21 +314,35 @@ def across(per_rank):
                                                       "gpu_idle_us", "input_gap_us", "next_batch_cpu_us")},
             "scopes_us": {n: _mean(x[scope_key][n] for x in rows) for n in SCOPES},
             "comm_source": by_rank[r]["comm_source"]}
-    slowest = max(ranks, key=lambda r: summary[str(r)][key])
-    others = [r for r in ranks if r != slowest]
-    excess = {n: summary[str(slowest)]["scopes_us"][n] - statistics.median(summary[str(r)]["scopes_us"][n]
-                                                                          for r in others) for n in SCOPES}
-    stage = max(excess, key=excess.get)
-    stage_reason = None
-    if excess[stage] <= 0:
-        stage, stage_reason = None, "no scope of the slowest rank takes longer than on the other ranks"
+    test = straggler_test(ranks, steps, summary, key)
+    candidate = test["candidate"]
+    others = [r for r in ranks if r != candidate]
+    # Per step, the candidate's scope time over the other ranks' median in that step.
+    per_step_excess = {n: [table[candidate][s][scope_key][n] - statistics.median(table[r][s][scope_key][n]
+                                                                                   for r in others) for s in common]
+                       for n in SCOPES}
+    excess = {n: sum(v) / len(v) for n, v in per_step_excess.items()}
+    stages = {n: {"more_in": sum(x > 0 for x in v), "steps": len(v),
+                  "p": sign_test_p(len(v), sum(x > 0 for x in v))} for n, v in per_step_excess.items()}
+    named = test["p"] < ALPHA
+    stage, stage_reason = None, None
+    consistent = [n for n in SCOPES if stages[n]["p"] < ALPHA and excess[n] > 0]
+    if not named:
+        stage_reason = "no consistent straggler"
+    elif consistent:
+        stage = max(consistent, key=excess.get)
+    else:
+        stage_reason = (f"no scope of rank {candidate} takes longer than on the other ranks in enough steps "
+                        f"(one-sided sign test, p < {ALPHA:g})")
     result = {
         "ranks": ranks, "steps_aligned": common, "steps_missing": {str(r): m for r, m in missing.items() if m},
         "comm_source": {str(r): by_rank[r]["comm_source"] for r in ranks},
         "comm_null_reason": None if has_comm else NO_COMM,
         "figures_unavailable": {r: f"comm, exposed_comm and work: {why}" for r, why in unavailable.items()},
-        "slowest_by": key, "slowest_rank": slowest, "slow_stage": stage, "slow_stage_reason": stage_reason,
-        "stage_excess_us": excess, "stage_figure": scope_key,
+        "slowest_by": key, "straggler_test": test, "slowest_rank": candidate if named else None,
+        "straggler_reason": None if named else test["reason"],
+        "slow_stage": stage, "slow_stage_reason": stage_reason,
+        "candidate_rank": candidate, "stage_excess_us": excess, "stage_test": stages, "stage_figure": scope_key,
         "per_rank": summary, "per_step": steps,
         "spread_median_us": {k: _median(s["spread"][k] for s in steps) for k in steps[0]["spread"]},
         "traces": {str(r): by_rank[r]["traces"] for r in ranks},
@@ -302,23 +351,51 @@ def across(per_rank):
     return result
 
 
-def verdict(result):
-    slow = result["slowest_rank"]
-    s = result["per_rank"][str(slow)]
-    key = result["slowest_by"]
-    if key == "work_us":
-        what = "work (wall less exposed communication)"
-    elif result["comm_null_reason"]:
-        what = "wall time (no communication in the trace)"
+def straggler_test(ranks, steps, summary, key):
+    """The exact sign test of "no straggler" over the aligned steps: is one rank the slowest in nearly every step?"""
+    counts = {r: sum(s["slowest_rank"] == r for s in steps) for r in ranks}
+    # The rank slowest in the most steps; between equal counts, the most `key` per step.
+    candidate = max(ranks, key=lambda r: (counts[r], summary[str(r)][key]))
+    n, k, chance = len(steps), counts[candidate], 1 / len(ranks)
+    test = {"candidate": candidate, "steps": n, "slowest_in": k, "chance": chance, "candidates": len(ranks),
+            "p": sign_test_p(n, k, chance, len(ranks)), "smallest_p": sign_test_p(n, n, chance, len(ranks)),
+            "steps_needed": steps_needed(len(ranks), chance), "alpha": ALPHA}
+    if test["smallest_p"] >= ALPHA:
+        test["reason"] = (f"too few aligned steps for a verdict (n={n}, need {test['steps_needed']} with "
+                          f"{len(ranks)} ranks); rank {candidate} was the slowest in {k} of {n}")
+    elif test["p"] >= ALPHA:
+        test["reason"] = (f"rank {candidate} was the slowest in {k} of {n} aligned steps only (sign test "
+                          f"p={test['p']:.2g}, a verdict needs p < {ALPHA:g}): within the step-to-step noise")
     else:
-        what = ("wall time (work unavailable on rank " + ", rank ".join(result["figures_unavailable"])
-                + f": {RUNS_AHEAD})")
+        test["reason"] = None
+    return test
+
+
+def _compared(result):
+    """What the ranks were compared on, in words."""
+    if result["slowest_by"] == "work_us":
+        return "work (wall less exposed communication)"
+    if result["comm_null_reason"]:
+        return "wall time (no communication in the trace)"
+    return ("wall time (work unavailable on rank " + ", rank ".join(result["figures_unavailable"])
+            + f": {RUNS_AHEAD})")
+
+
+def verdict(result):
+    key, what = result["slowest_by"], _compared(result)
+    if result["slowest_rank"] is None:
+        return f"no consistent straggler by {what}: {result['straggler_reason']}; the per-step table shows each step's slowest rank"
+    slow, test = result["slowest_rank"], result["straggler_test"]
+    s = result["per_rank"][str(slow)]
     others = statistics.median(result["per_rank"][str(r)][key] for r in result["ranks"] if r != slow)
-    text = (f"slowest rank {slow}: {what} {s[key] / 1e3:.1f} ms per step against {others / 1e3:.1f} ms "
+    text = (f"slowest rank {slow}: the slowest in {test['slowest_in']} of {test['steps']} aligned steps (sign test "
+            f"p={test['p']:.2g}); {what} {s[key] / 1e3:.1f} ms per step against {others / 1e3:.1f} ms "
             f"(median) on the other ranks")
     if result["slow_stage"]:
-        text += (f"; its {result['slow_stage']} takes {result['stage_excess_us'][result['slow_stage']] / 1e3:.1f} ms "
-                 "more per step than the other ranks' median")
+        st = result["slow_stage"]
+        text += (f"; its {st} takes {result['stage_excess_us'][st] / 1e3:.1f} ms "
+                 f"more per step than the other ranks' median (more in {result['stage_test'][st]['more_in']} "
+                 f"of {test['steps']} steps)")
     else:
         text += f"; {result['slow_stage_reason']}"
     if key == "work_us":
@@ -334,6 +411,7 @@ def headline(result):
     walls = [result["per_rank"][str(r)]["wall_us"] for r in result["ranks"]]
     return {
         "slowest_rank": slow,
+        "straggler_p": result["straggler_test"]["p"],
         "slow_stage": result["slow_stage"],
         "slow_stage_excess_ms": (result["stage_excess_us"][result["slow_stage"]] / 1e3
                                  if result["slow_stage"] else None),
@@ -389,8 +467,14 @@ def format_text(result):
                         + [_ms(s["spread"]["wall_us"]), _ms(s["spread"]["work_us"])])
     lines.append(_table(per_step[0], per_step[1:]))
     lines.append("")
-    lines.append("excess of the slowest rank over the others' median (ms/step): " +
-                 ", ".join(f"{n} {v / 1e3:+.1f}" for n, v in result["stage_excess_us"].items()))
+    test = result["straggler_test"]
+    lines.append(f"straggler test: rank {test['candidate']} the slowest in {test['slowest_in']} of {test['steps']} "
+                 f"aligned steps; p={test['p']:.2g} (exact sign test, chance 1/{test['candidates']} a step, "
+                 f"{test['candidates']} candidates; a verdict needs p < {test['alpha']:g}, from "
+                 f"{test['steps_needed']} steps on)")
+    lines.append(f"excess of rank {result['candidate_rank']} over the others' median (ms/step, steps more): " +
+                 ", ".join(f"{n} {v / 1e3:+.1f} ({result['stage_test'][n]['more_in']}/{test['steps']})"
+                           for n, v in result["stage_excess_us"].items()))
     if result["steps_missing"]:
         lines.append(f"steps missing on some ranks (left out): {result['steps_missing']}")
     lines.append(f"note: {summarize.CAVEAT}")

@@ -173,6 +173,55 @@ def driver_version(proc_path="/proc/driver/nvidia/version", nvidia_smi="nvidia-s
     return first if VERSION.fullmatch(first) else None
 
 
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def _first_line(paths):
+    """The first non-empty first line of the files that exist, else None."""
+    for path in paths:
+        try:
+            with open(path) as f:
+                line = f.readline().strip()
+        except OSError:
+            continue
+        if line and line != "uninitialized":  # systemd's placeholder before the first boot completes
+            return line
+    return None
+
+
+def host_ids(machine_id_files=MACHINE_ID_FILES, boot_id_file=BOOT_ID_FILE):
+    """The host's machine id and boot id: hostnames repeat ("vm", "localhost"), these do not.
+    The machine id can be copied with a cloned disk image; the boot id is new at every boot."""
+    return {"machine_id": _first_line(machine_id_files), "boot_id": _first_line([boot_id_file])}
+
+
+def gpu_uuid(torch, device, nvidia_smi="nvidia-smi", timeout=10):
+    """The GPU's UUID as nvidia-smi writes it ("GPU-" and 8-4-4-4-12 hex digits); None on the CPU or where
+    neither torch (its device properties' uuid: torch 2.11 and 2.14 have it) nor nvidia-smi answers."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    found = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if found is not None:
+        text = str(found)  # torch writes the bare hex digits; nvidia-smi and CUDA_VISIBLE_DEVICES prefix "GPU-"
+        return text if text.startswith("GPU-") else f"GPU-{text}"
+    # nvidia-smi counts every GPU: map torch's index through CUDA_VISIBLE_DEVICES when it lists indices.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        listed = [v.strip() for v in visible.split(",")]
+        if index >= len(listed) or not listed[index].isdigit():
+            return None
+        index = int(listed[index])
+    try:
+        proc = subprocess.run([nvidia_smi, "--query-gpu=uuid", "--format=csv,noheader", "-i", str(index)],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = proc.stdout.strip().splitlines()[0].strip() if proc.returncode == 0 and proc.stdout.strip() else ""
+    return first if first.startswith("GPU-") else None
+
+
 def environment(torch, device):
     import torchvision
     try:
@@ -193,6 +242,8 @@ def environment(torch, device):
         "python": platform.python_version(),
         "platform": platform.platform(),
         "hostname": platform.node(),
+        **host_ids(),
+        "gpu_uuid": gpu_uuid(torch, device),
         "source_sha256": source_sha256(),
     }
 
@@ -201,7 +252,9 @@ def comparable_facts(environment, budget):
     """The facts that decide whether two runs may be compared, as Polyaxon outputs (None left out)."""
     facts = {"env_host": environment.get("hostname"), "env_gpu": environment.get("gpu"),
              "env_driver": environment.get("driver"), "env_torch": environment.get("torch"),
-             "env_cuda": environment.get("cuda"), "env_cpu_budget": budget.get("cpus")}
+             "env_cuda": environment.get("cuda"), "env_cpu_budget": budget.get("cpus"),
+             "env_machine_id": environment.get("machine_id"), "env_boot_id": environment.get("boot_id"),
+             "env_gpu_uuid": environment.get("gpu_uuid")}
     return {k: v for k, v in facts.items() if v is not None}
 
 

@@ -151,7 +151,9 @@ def ours(trace_files):
         exposed = [s["exposed_comm_us"] for s in f["steps"]]
         out[f["rank"]] = {"idle_share": sum(idle) / wall if None not in idle else None,
                           "exposed_comm_share": sum(exposed) / sum(comm) if None not in comm and sum(comm) else None}
-    return out, ranks.across(figures)["slowest_rank"]
+    result = ranks.across(figures)  # one cycle's steps: often too few for ranks.py to name a straggler
+    named = result["slowest_rank"]
+    return out, named if named is not None else f"none named ({result['straggler_reason']})"
 
 
 def hta_kernels(trace):

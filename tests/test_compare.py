@@ -191,6 +191,84 @@ def test_runs_of_different_machines_are_refused_naming_what_differs(env, named):
     assert sorted(sum(g["n"] for g in t["groups"]) for t in result["tables"]) == [2, 4]
 
 
+ONE = {"machine_id": "3d1219c7c4c5404aaa1f6d2a48adfda4", "boot_id": "5171a097-051d-43fb-bfc8-dafd757006a4",
+       "gpu_uuid": "GPU-8c1a2b3d-0000-1111-2222-333344445555"}
+
+
+def test_two_machines_sharing_a_hostname_are_compared_apart_and_never_paired():
+    """Both record hostname "vm": the machine ids differ, so the runs are refused together, and with --per-host
+    each machine gets its own table; no pair joins runs of the two machines."""
+    other = {**ONE, "machine_id": "9f00aa11bb22cc33dd44ee55ff667788"}
+    a = [rec(f"a{i}", i, 100.0 + i, minute=2 * i, env=ONE) for i in range(3)]
+    b = [rec(f"b{i}", i, 200.0 + i, minute=2 * i + 1, env=other, workers=4) for i in range(3)]
+    with pytest.raises(compare.CompareError, match="different machines") as e:
+        compare.compare_records(a + b)
+    assert "machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, 9f00aa11bb22cc33dd44ee55ff667788" in str(e.value)
+    result = compare.compare_records(a + b, per_host=True)
+    assert len(result["tables"]) == 2
+    for t in result["tables"]:
+        assert [g["verdict"] for g in t["groups"]] == ["baseline"], "one machine's runs must not pair with the other's"
+        assert t["machine_label"].startswith("host vm (machine ") and "GPU 8c1a2b3d" in t["machine_label"]
+    assert {t["machine"]["machine_id"][:8] for t in result["tables"]} == {"3d1219c7", "9f00aa11"}
+
+
+def test_runs_of_one_machine_id_pool_and_its_label_stays_short():
+    result = compare.compare_records([rec(f"a{i}", i, 100.0, minute=2 * i, env=ONE) for i in range(6)]
+                                     + [rec(f"b{i}", i, 110.0, minute=2 * i + 1, env=ONE, workers=4) for i in range(6)])
+    (t,) = result["tables"]
+    assert groups(result)["workers=4"]["verdict"] == "faster"
+    assert t["machine_label"] == ("host vm (machine 3d1219c7, boot 5171a097, GPU 8c1a2b3d): NVIDIA H200, "
+                                  "driver 570.86.15, torch 2.11.0+cu130, CUDA 13.0, 4 CPUs")
+
+
+def test_runs_with_and_without_machine_ids_are_never_pooled_silently():
+    """A run recorded before the ids (no machine_id) and a run with them: two machines as far as compare.py can
+    tell, named "not recorded"; older runs alone still compare on the hostname and the other facts."""
+    old = study([100.0, 101.0], [200.0, 201.0])
+    assert len(compare.compare_records(old)["tables"]) == 1
+    assert compare.machine_label(compare.machine_key(old[0])).startswith("host vm (machine no id, boot no id, GPU no id)")
+    new = [rec("n0", 0, 100.0, env=ONE)]
+    with pytest.raises(compare.CompareError, match="machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, not recorded"):
+        compare.compare_records(old + new)
+
+
+def test_machine_ids_are_outputs_among_the_comparable_facts_and_read_back(tmp_path):
+    """runinfo reads the ids from their files (an empty or uninitialized machine id is none); the outputs carry
+    them as env_*, and compare.py reads them from the outputs as from run.json."""
+    import runinfo
+    (tmp_path / "etc").write_text("uninitialized\n")
+    (tmp_path / "dbus").write_text("abc123\n")
+    (tmp_path / "boot").write_text("b00t\n")
+    assert runinfo.host_ids([str(tmp_path / "etc"), str(tmp_path / "dbus")], str(tmp_path / "boot")) == \
+        {"machine_id": "abc123", "boot_id": "b00t"}
+    assert runinfo.host_ids([str(tmp_path / "absent")], str(tmp_path / "absent")) == {"machine_id": None, "boot_id": None}
+    import torch
+    assert runinfo.gpu_uuid(torch, torch.device("cpu")) is None
+    facts = runinfo.comparable_facts({**H200, **ONE}, {"cpus": 4})
+    assert (facts["env_machine_id"], facts["env_boot_id"], facts["env_gpu_uuid"]) == \
+        (ONE["machine_id"], ONE["boot_id"], ONE["gpu_uuid"])
+    from_outputs = compare.record_from("u", "n", None, "succeeded", {"mode": "bench"}, {**facts, "samples_per_sec": 1.0},
+                                       None)
+    assert compare.machine_key(from_outputs) == compare.machine_key(rec("r", 0, 1.0, env=ONE))
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_gpu_uuid_is_the_one_nvidia_smi_names():
+    import torch
+    import runinfo
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True)
+    assert runinfo.gpu_uuid(torch, torch.device("cuda", 0)) in smi.stdout.split(), smi.stdout
+
+
+def test_the_shared_sign_test_is_the_binomial_tail():
+    """compare.py's two-sided p from ranks.sign_test_p equals 2 P(X <= min(k, n - k)) counted exactly."""
+    import math
+    for n in range(0, 13):
+        for k in range(n + 1):
+            exact = min(1.0, 2 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n)
+            assert compare.sign_test([1.1] * k + [0.9] * (n - k))["p"] == pytest.approx(exact, abs=1e-12), (n, k)
+
+
 def test_baseline_choice_and_unknown_baseline():
     result = compare.compare_records(study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]), baseline="workers=4")
     first, second = table(result)["groups"]

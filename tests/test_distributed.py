@@ -13,7 +13,7 @@ import distributed
 import ranks
 import summarize
 import data
-from conftest import ROOT, load_offline_run, polyaxon_env, run_train
+from conftest import ROOT, TINY, load_offline_run, polyaxon_env, run_torchrun, run_train, single_run
 
 
 def read_json(path):
@@ -46,8 +46,16 @@ def test_every_rank_writes_its_traces_on_the_same_steps(ddp_profile):
 def test_the_evidence_across_ranks_names_the_slow_rank_and_its_input(ddp_profile):
     """Rank 1 sleeps 200 ms in next_batch: it is the slowest, its input the stage, by about 200 ms."""
     across = read_json(os.path.join(ddp_profile["outputs"], "traces", "ranks.evidence.json"))
-    assert across["slowest_rank"] == 1 and across["slow_stage"] == "input/next_batch"
+    # Named only when rank 1 holds back all six steps: on a machine whose other processes take the ranks'
+    # CPUs for hundreds of ms, a step can go to rank 0, and the verdict then rightly says so.
+    per_step = [(s["step"], s["slowest_rank"]) for s in across["per_step"]]
+    assert across["slowest_rank"] == 1 and across["slow_stage"] == "input/next_batch", (across["verdict"], per_step)
     assert 180_000 < across["stage_excess_us"]["input/next_batch"] < 400_000, across["stage_excess_us"]
+    # The sign test: the slowest in every one of the six aligned steps (the fewest for a verdict with two ranks).
+    test = across["straggler_test"]
+    assert (test["slowest_in"], test["steps"], test["steps_needed"]) == (6, 6, 6) and test["p"] < 0.05, test
+    assert across["stage_test"]["input/next_batch"]["more_in"] == 6
+    assert across["verdict"].startswith("slowest rank 1: the slowest in 6 of 6 aligned steps"), across["verdict"]
     assert across["comm_source"] == {"0": "cpu (gloo/c10d operators)", "1": "cpu (gloo/c10d operators)"}
     # The fast rank waits for the slow one: most of its extra wait is the sleep.
     assert across["per_rank"]["0"]["exposed_comm_us"] > across["per_rank"]["1"]["exposed_comm_us"] + 100_000
@@ -189,3 +197,32 @@ def test_a_failed_run_still_closes_its_process_group(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.stdout.split()[-4:] == ["1", "still", "joined", "False"], proc.stdout + proc.stderr
     assert "--data synthetic" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def ddp_symmetric(tmp_path_factory):
+    """Two ranks profiled with no straggler on purpose: the default profile's six aligned steps."""
+    root = tmp_path_factory.mktemp("ddp-symmetric")
+    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY], root)
+    assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
+def test_a_symmetric_run_names_no_straggler(ddp_symmetric):
+    """Without --slow-rank, which rank is the slowest changes from step to step: no rank is named, the verdict
+    says so with its counts, the per-step table stays, and the run logs no slowest_rank. (Under the null the
+    test names a rank at most 2/64 of the time: that is what p < 0.05 means with six steps.)"""
+    out = ddp_symmetric["outputs"]
+    across = read_json(os.path.join(out, "traces", "ranks.evidence.json"))
+    test = across["straggler_test"]
+    assert across["slowest_rank"] is None and across["slow_stage"] is None, across["verdict"]
+    assert test["steps"] == 6 and test["slowest_in"] < 6 and test["p"] >= 0.05, test
+    assert across["verdict"].startswith("no consistent straggler"), across["verdict"]
+    with open(os.path.join(out, "traces", "ranks.evidence.txt")) as f:
+        text = f.read()
+    assert "#2 " in text and "#9 " in text and "straggler test: rank" in text
+    run = load_offline_run(ddp_symmetric["root"], ddp_symmetric["uuid"])
+    assert "slowest_rank" not in run["outputs"] and run["outputs"]["straggler_p"] == pytest.approx(test["p"])
+    assert "slowest rank: none consistent across the aligned steps" in run["readme"]
+    assert "ranks: no consistent straggler" in ddp_symmetric["proc"].stderr

@@ -11,6 +11,7 @@ import ranks
 from conftest import ROOT
 
 MAIN = {"pid": 1, "tid": 1}
+SIX = (2, 3, 4, 7, 8, 9)  # the aligned steps of the default profile: two cycles of three
 
 
 def x(name, cat, ts, dur, pid=1, tid=1, **args):
@@ -84,15 +85,15 @@ def test_no_communication_gives_null_with_a_reason():
 
 def test_ranks_align_on_step_numbers_not_clocks_and_name_the_slow_rank(tmp_path):
     """Rank 1's clock is a billion us ahead and it spends 600 us in next_batch; rank 0 waits in NCCL.
-    Aligned by step number: rank 1 is the slowest and input/next_batch its stage."""
+    Aligned by step number over the two cycles' six steps: rank 1 is the slowest and input/next_batch its stage."""
     fast = write(str(tmp_path / "traces" / "rank0" / "a.pt.trace.json"),
-                 gpu_rank(0, 50, nccl=(100, 800), compute=(60, 40)), rank=0)
+                 gpu_rank(0, 50, nccl=(100, 800), compute=(60, 40), steps=SIX), rank=0)
     slow = write(str(tmp_path / "traces" / "rank1" / "b.pt.trace.json.gz"),
-                 gpu_rank(1e9, 650, nccl=(850, 50), compute=(660, 180)), rank=1)
+                 gpu_rank(1e9, 650, nccl=(850, 50), compute=(660, 180), steps=SIX), rank=1)
     found = ranks.find_traces([str(tmp_path / "traces")])
     assert found == {0: [fast], 1: [slow]}
     result = ranks.across([ranks.rank_figures(p, r) for r, p in sorted(found.items())])
-    assert result["steps_aligned"] == [1, 2]
+    assert result["steps_aligned"] == list(SIX)
     assert result["slowest_rank"] == 1 and result["slow_stage"] == "input/next_batch"
     assert result["stage_excess_us"]["input/next_batch"] == 600
     r0, r1 = result["per_rank"]["0"], result["per_rank"]["1"]
@@ -129,8 +130,8 @@ def test_rank_comes_from_the_trace_and_a_contradicting_folder_is_an_error(tmp_pa
 
 
 def test_cli_prints_the_verdict_and_fails_in_one_line_on_one_rank(tmp_path):
-    write(str(tmp_path / "rank0" / "a.pt.trace.json"), gpu_rank(0, 50, (100, 800), (60, 40)), rank=0)
-    write(str(tmp_path / "rank1" / "b.pt.trace.json"), gpu_rank(0, 650, (850, 50), (660, 180)), rank=1)
+    write(str(tmp_path / "rank0" / "a.pt.trace.json"), gpu_rank(0, 50, (100, 800), (60, 40), steps=SIX), rank=0)
+    write(str(tmp_path / "rank1" / "b.pt.trace.json"), gpu_rank(0, 650, (850, 50), (660, 180), steps=SIX), rank=1)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -160,7 +161,7 @@ def running_ahead_rank(t0, steps=(1, 2, 3, 4), period=100, gpu_period=300):
 def test_a_rank_whose_cpu_runs_ahead_has_no_gpu_comm_figures_and_the_result_says_so(tmp_path):
     """Rank 0's kernels run 300-1300 us after the CPU steps that launched them: its NCCL kernels, clipped to
     the CPU's steps, would be other steps' communication. Its comm, exposed comm and work are null with the
-    reason, its CPU figures stay, and the slowest rank is named by wall time, saying what was unavailable."""
+    reason, its CPU figures stay, and the ranks are compared by wall time, saying what was unavailable."""
     ahead = write(str(tmp_path / "rank0" / "a.pt.trace.json"), running_ahead_rank(0), rank=0)
     keeps_up = write(str(tmp_path / "rank1" / "b.pt.trace.json"),
                      gpu_rank(1e9, 30, nccl=(60, 20), compute=(40, 10), steps=(1, 2, 3, 4), period=100), rank=1)
@@ -182,3 +183,70 @@ def test_a_rank_whose_cpu_runs_ahead_has_no_gpu_comm_figures_and_the_result_says
     assert "work unavailable on rank 0" in result["verdict"] and ranks.RUNS_AHEAD in result["verdict"]
     assert ranks.headline(result)["max_exposed_comm_share"] is None
     assert "rank 0: n/a: comm, exposed_comm and work" in ranks.format_text(result)
+
+
+def made(rank, next_batch_ms, forward_ms=None, steps=SIX):
+    """A rank's per-step figures as rank_figures gives them (gloo): per step, next_batch and forward_backward
+    (less wait) in ms; wall 100 ms, the rest exposed communication (the wait for the others)."""
+    forward_ms = forward_ms or [20.0] * len(steps)
+    out = []
+    for n, nb, fb in zip(steps, next_batch_ms, forward_ms):
+        scopes = {name: 0.0 for name in ranks.SCOPES}
+        scopes.update({"input/next_batch": nb * 1e3, "train/forward_backward": fb * 1e3})
+        work = sum(scopes.values())
+        out.append({"step": n, "wall_us": 100e3, "gpu_idle_us": None, "input_gap_us": None,
+                    "scopes_cpu_us": dict(scopes), "next_batch_cpu_us": scopes["input/next_batch"],
+                    "comm_null_reason": None, "comm_us": 100e3 - work, "exposed_comm_us": 100e3 - work,
+                    "work_us": work, "scopes_less_wait_us": scopes})
+    return {"rank": rank, "traces": [f"rank{rank}.json"], "comm_source": "cpu (gloo/c10d operators)",
+            "comm_null_reason": None, "steps": out, "drawn": []}
+
+
+def test_a_rank_slowest_in_every_aligned_step_is_named_with_its_consistent_stage():
+    """Rank 1's next_batch is 5 ms longer in each of the six steps; its forward_backward is 30 ms longer in one
+    step only (a larger mean excess, but no consistent one). Rank 1 is named (p = 2/64) and its stage is
+    input/next_batch."""
+    result = ranks.across([made(0, [1, 2, 1, 2, 1, 2]),
+                           made(1, [6, 7, 6, 7, 6, 7], forward_ms=[20, 20, 20, 20, 20, 80])])
+    test = result["straggler_test"]
+    assert (test["slowest_in"], test["steps"], test["steps_needed"]) == (6, 6, 6)
+    assert test["p"] == pytest.approx(2 / 64)
+    assert result["slowest_rank"] == 1 and result["slow_stage"] == "input/next_batch", result["verdict"]
+    assert result["stage_excess_us"]["train/forward_backward"] > result["stage_excess_us"]["input/next_batch"]
+    assert result["stage_test"]["train/forward_backward"]["more_in"] == 1
+    assert result["verdict"].startswith("slowest rank 1: the slowest in 6 of 6 aligned steps")
+    assert ranks.headline(result)["slowest_rank"] == 1
+
+
+def test_ranks_slowest_by_turns_name_no_straggler_and_keep_the_table():
+    """Rank 0 is 5 ms slower in steps 2-4, rank 1 in steps 7-9 (a symmetric run's noise): no straggler, no stage,
+    the verdict says why, and the per-step table still shows each step's slowest rank."""
+    result = ranks.across([made(0, [6, 6, 6, 1, 1, 1]), made(1, [1, 1, 1, 6, 6, 6])])
+    assert result["slowest_rank"] is None and result["slow_stage"] is None
+    assert [s["slowest_rank"] for s in result["per_step"]] == [0, 0, 0, 1, 1, 1]
+    assert result["straggler_test"]["p"] == 1.0
+    assert result["verdict"].startswith("no consistent straggler by work"), result["verdict"]
+    assert "slowest in 3 of 6 aligned steps only" in result["verdict"]
+    text = ranks.format_text(result)
+    assert "#7" in text and "straggler test: rank" in text
+    top = ranks.headline(result)
+    assert top["slowest_rank"] is None and top["slow_stage"] is None and top["straggler_p"] == 1.0
+
+
+def test_too_few_aligned_steps_name_no_straggler_and_say_how_many_are_needed():
+    """Five steps, rank 1 the slowest in all five: p = 2/32 cannot fall below 0.05; six steps are needed."""
+    five = SIX[:5]
+    result = ranks.across([made(0, [1] * 5, steps=five), made(1, [6] * 5, steps=five)])
+    assert result["slowest_rank"] is None
+    assert "too few aligned steps for a verdict (n=5, need 6 with 2 ranks)" in result["verdict"], result["verdict"]
+
+
+def test_the_exact_sign_test_and_its_floor():
+    """P(X >= k) for X ~ Binomial(n, chance), times the candidates: the floors 6, 4 and 3 steps for 2, 4, 8 ranks."""
+    assert ranks.sign_test_p(6, 6) == pytest.approx(1 / 64)
+    assert ranks.sign_test_p(6, 5, candidates=2) == pytest.approx(2 * 7 / 64)
+    assert ranks.sign_test_p(3, 3, chance=1 / 3, candidates=3) == pytest.approx(1 / 9)
+    assert ranks.sign_test_p(4, 0) == 1.0 and ranks.sign_test_p(0, 0, candidates=2) == 1.0
+    assert [ranks.steps_needed(r, 1 / r) for r in (2, 4, 8)] == [6, 4, 3]
+    three = ranks.across([made(0, [1] * 6), made(1, [2] * 6), made(2, [9] * 6)])
+    assert three["slowest_rank"] == 2 and three["straggler_test"]["p"] == pytest.approx(3 / 3 ** 6)

@@ -73,12 +73,15 @@ def bench_run(tmp_path_factory):
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
 
 
-SLOW = ["--slow-rank", "1", "--slow-input-ms", "200"]
+# Rank 1 sleeps this long in every input/next_batch: far beyond the step-to-step noise of a busy 2-CPU machine,
+# which ranks.py's sign test needs in all six aligned steps before it names a straggler.
+SLOW_MS = 1000
+SLOW = ["--slow-rank", "1", "--slow-input-ms", str(SLOW_MS)]
 
 
 @pytest.fixture(scope="session")
 def ddp_profile(tmp_path_factory):
-    """Two ranks profiled, rank 1 a straggler on purpose (200 ms inside input/next_batch)."""
+    """Two ranks profiled, rank 1 a straggler on purpose (SLOW_MS inside input/next_batch)."""
     root = tmp_path_factory.mktemp("ddp-profile")
     proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
     assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"

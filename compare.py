@@ -28,8 +28,8 @@ Faster, and still learning: bench runs record their window's loss (train.py's lo
 of the window's last 10 steps). Each group's final loss is the median over its runs; a group whose final
 loss exceeds the baseline's by more than the tolerance (default: baseline + max(0.10 x baseline, 0.05);
 --loss-tolerance and --loss-floor) is marked "loss worse than baseline", beside its rate and in its
-verdict. A run whose loss diverged (not finite) counts as worse than any. Groups whose runs, or whose
-baseline's, carry no loss (older runs) show "-" and get no mark.
+verdict. A run whose loss diverged (not finite) counts as worse than any. A group whose runs carry no
+loss (older runs) shows "-" and gets no mark; without a baseline loss, no group is marked.
 
 Groups: runs whose recorded settings (run.json's settings, else the Polyaxon inputs) all agree, plus
 world_size and nproc_per_node (1 for runs without DDP), except repeat, output_dir, data_dir, mode,

@@ -36,8 +36,9 @@ def build_dataset(args, transform):
         dataset = LearnableCIFAR10(transform)
         print(f"data: LEARNABLE synthetic images ({SYNTHETIC_SIZE} x 32x32x3 uint8, seed {SYNTHETIC_SEED}): each "
               f"class its own tint plus noise, same transforms as CIFAR-10; not the real data set", file=sys.stderr)
+        noise = f"uniform integers in [-{LEARNABLE_NOISE}, +{LEARNABLE_NOISE - 1}] per pixel channel"
         return dataset, {"name": "learnable", "images": len(dataset), "seed": SYNTHETIC_SEED,
-                         "class_tints": dataset.tints, "noise": f"uniform integers in [-{LEARNABLE_NOISE}, +{LEARNABLE_NOISE - 1}] per pixel channel"}
+                         "class_tints": dataset.tints, "noise": noise}
     folder = os.path.join(args.data_dir, "cifar-10-batches-py")
     if not os.path.isdir(folder):
         download_cifar10(args.data_dir)
@@ -73,8 +74,8 @@ class SyntheticCIFAR10(ImageSet):
 class LearnableCIFAR10(ImageSet):
     """CIFAR-shaped uint8 images from a fixed seed that a model can learn: each class has its own RGB tint
     (10 of the 27 colours whose channels are 64, 128 or 192), and every pixel channel adds uniform noise.
-    A run on it shows whether a change still lets the model learn: its loss falls near zero in a few
-    hundred steps. Labels random, as in SyntheticCIFAR10; the tint follows the label."""
+    A run on it shows whether a change still lets the model learn: the loss falls towards zero when it
+    does. Labels random, as in SyntheticCIFAR10; the tint follows the label."""
 
     def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
         import itertools

@@ -1,7 +1,7 @@
 """The learning check: the learning-rate rule, and the loss of every bench-window step, read after the window.
 
-A change that makes the step faster must still let the model learn. On --data learnable the loss falls near
-zero in a few hundred steps; bench mode records each window step's loss (loss_first, loss_final, the metric
+A change that makes the step faster must still let the model learn. On --data learnable the loss falls towards
+zero when it does; bench mode records each window step's loss (loss_first, loss_final, the metric
 window_loss) and compare.py sets each group's final loss beside its rate.
 Nothing here imports torch: train.py hands it in.
 """

@@ -55,8 +55,8 @@ def build_parser():
                    help="cifar10: the real training set, downloaded into --data-dir when missing; "
                         "synthetic: 50,000 CIFAR-shaped uint8 images (fixed seed) through the same "
                         "transforms, for machines without network; learnable: the same, but each class "
-                        "has its own colour tint plus noise, so the loss falls near zero in a few hundred "
-                        "steps (the learning check) (default: cifar10)")
+                        "has its own colour tint plus noise, so the loss falls towards zero when the model "
+                        "learns (the learning check) (default: cifar10)")
     p.add_argument("--data-dir", default=os.path.join(HERE, "data"),
                    help="where CIFAR-10 is (or is downloaded to) (default: ./data)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",

@@ -30,7 +30,7 @@ active=3, repeat=2) over 10 steps: two Chrome traces (open them in
 ui.perfetto.dev), operator tables, trace evidence (summarize.py), run.json.
 --profile-detail lean drops record_shapes, profile_memory and with_stack.
 mode=bench: the same warm-up, then a synchronized window of --bench-steps
-batches without the profiler: samples_per_sec.
+batches without the profiler: samples_per_sec, and each step's loss (read after the window).
 """
 
 import random

@@ -219,3 +219,17 @@ def test_a_diverged_window_has_no_final_loss():
     assert s["window_losses"] == [2.3, 1.5, None, None]
     s = learning.summary([2.0] * 5 + [1.0] * 10)
     assert s["loss_final"] == 1.0 and s["loss_diverged_step"] is None and s["loss_final_steps"] == 10
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_captured_step_s_loss_is_copied_at_every_replay(tmp_path):
+    """--cuda-graph returns one static loss tensor: the window's curve must hold each replay's own value
+    (not the last one repeated), and on --data learnable it falls."""
+    proc = run_train(["--mode", "bench", "--device", "cuda", "--data", "learnable", "--batch-size", "128",
+                      "--warmup-steps", "5", "--bench-steps", "100", "--gpu-input", "--cuda-graph", "--amp", "bf16"],
+                     tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: "):]
+    r = read_json(os.path.join(out, "run.json"))["results"]
+    assert len(set(r["window_losses"])) > 90, "the captured loss was read once, not copied at each replay"
+    assert r["loss_final"] < 0.5 * r["loss_first"], r["window_losses"]

@@ -24,6 +24,13 @@ the table says "too few repeats for a verdict (n=..., need ...)"; from it on, "f
 where p < 0.05, else "within the noise" (no difference shown with these pairs, which is not proof
 that there is none).
 
+Faster, and still learning: bench runs record their window's loss (train.py's loss_final, the mean loss
+of the window's last 10 steps). Each group's final loss is the median over its runs; a group whose final
+loss exceeds the baseline's by more than the tolerance (default: baseline + max(0.10 x baseline, 0.05);
+--loss-tolerance and --loss-floor) is marked "loss worse than baseline", beside its rate and in its
+verdict. A run whose loss diverged (not finite) counts as worse than any. A group whose runs carry no
+loss (older runs) shows "-" and gets no mark; without a baseline loss, no group is marked.
+
 Groups: runs whose recorded settings (run.json's settings, else the Polyaxon inputs) all agree, plus
 world_size and nproc_per_node (1 for runs without DDP), except repeat, output_dir, data_dir, mode,
 trace_format and profile_detail, which never split groups. Every other setting does, whether or not
@@ -63,6 +70,8 @@ ALPHA = 0.05
 # Outputs of older train.py runs under their former names ("kernel-time limit"), read where the new ones are missing.
 OLD_NAMES = {"gpu_bound_share": "share_of_gpu_limit", "gpu_time_samples_per_sec": "gpu_limit_samples_per_sec"}
 NO_FLOPS = "these runs predate train.py's FLOP count (no model_tflops_per_sec output)"
+LOSS_TOLERANCE, LOSS_FLOOR = 0.10, 0.05  # worse: final loss > baseline + max(0.10 x baseline, 0.05)
+LOSS_WORSE = "loss worse than baseline"
 
 
 class CompareError(Exception):
@@ -327,11 +336,13 @@ def left_out_reason(r):
     return None
 
 
-def compare_records(records, baseline=None, per_host=False):
+def compare_records(records, baseline=None, per_host=False, loss_tolerance=LOSS_TOLERANCE, loss_floor=LOSS_FLOOR):
     """Split, group, describe, pair and test; pure, so it is tested on fabricated records.
 
     baseline: a group label such as "workers=4" to compare against (default: the first group).
     per_host: one table per machine instead of refusing runs of several machines.
+    loss_tolerance, loss_floor: a group's final loss is worse than the baseline's above
+    baseline + max(loss_tolerance x baseline, loss_floor).
     """
     left_out, bench = [], []
     for r in records:
@@ -360,6 +371,8 @@ def compare_records(records, baseline=None, per_host=False):
                         "new shuffle and, with DataLoader workers that are not persistent, their restart")
     tables = [compare_machine(machine, runs, varying, baseline, records, len(machines) > 1)
               for machine, runs in sorted(machines.items(), key=lambda kv: [str(v) for v in kv[0]])]
+    for t in tables:
+        flag_losses(t["groups"], loss_tolerance, loss_floor)
     return {"tables": tables, "varying": varying, "warnings": warnings, "alpha": ALPHA,
             "pairs_needed": pairs_needed(),
             "left_out": [{"uuid": r["uuid"], "name": r["name"], "why": why} for r, why in left_out]}
@@ -405,6 +418,7 @@ def compare_machine(machine, bench, varying, baseline, records, several):
         row["gpu_bound"] = gpu_bound(runs)
         row["ceiling"] = hardware_ceiling(runs)
         row["rank_spread"] = rank_spread(runs)
+        row["loss"] = final_loss(runs)
         rows.append(row)
     return {"machine": dict(zip(MACHINE, machine)), "machine_label": machine_label(machine), "groups": rows,
             "bench_runs": [{"uuid": r["uuid"], "created_at": r["created_at"], "samples_per_sec": r["samples_per_sec"],
@@ -423,6 +437,42 @@ def gpu_bound(runs):
     return {"median_share": statistics.median(shares), "min_share": min(shares),
             "median_gpu_ms_per_step": statistics.median(ms),
             "median_gpu_time_samples_per_sec": statistics.median(rates)}
+
+
+def final_loss(runs):
+    """The group's final loss: the median of its runs' loss_final, a diverged run (loss_diverged_step)
+    counting as worse than any; None where a run carries neither (runs from before the loss was logged)."""
+    finals = [math.inf if r["outputs"].get("loss_diverged_step") is not None else r["outputs"].get("loss_final")
+              for r in runs]
+    if any(v is None for v in finals):
+        return None
+    median = statistics.median(finals)
+    return {"final": None if math.isinf(median) else median, "diverged_runs": sum(map(math.isinf, finals)),
+            "finals": [None if math.isinf(v) else v for v in finals], "worse_than_baseline": False}
+
+
+def flag_losses(rows, tolerance, floor):
+    """Mark each group whose final loss exceeds the baseline's (rows[0]) by more than the tolerance."""
+    base = rows[0]["loss"]
+    if base is None or base["final"] is None:
+        return
+    limit = base["final"] + max(tolerance * base["final"], floor)
+    for row in rows[1:]:
+        loss = row["loss"]
+        if loss is not None and (loss["final"] is None or loss["final"] > limit):
+            loss["worse_than_baseline"] = True
+            row["verdict"] = f"{row['verdict']}; {LOSS_WORSE}"
+    for row in rows:
+        if row["loss"] is not None:
+            row["loss"].update(limit=limit, tolerance=tolerance, floor=floor)
+
+
+def fmt_loss(loss):
+    """The final-loss cell: '-' for runs without a loss, the median, and the mark when it is worse."""
+    if loss is None:
+        return "-"
+    shown = "diverged" if loss["final"] is None else f"{loss['final']:.3f}"
+    return f"{shown} ({LOSS_WORSE})" if loss["worse_than_baseline"] else shown
 
 
 def world_settings(run_json, outputs):
@@ -513,8 +563,8 @@ def kernel_class_lines(groups):
 
 def markdown_table(table, links_from=None):
     out = io.StringIO()
-    out.write("| group | n | median samples/s | min | max | spread | ratio of medians | min/max bounds | pairs "
-              "| paired ratio: median (range) | sign test p | verdict |\n" + "|---" * 12 + "|\n")
+    out.write("| group | n | median samples/s | final loss | min | max | spread | ratio of medians | min/max bounds "
+              "| pairs | paired ratio: median (range) | sign test p | verdict |\n" + "|---" * 13 + "|\n")
     for g in table["groups"]:
         cells = ["baseline", "", "", "", ""]
         if "ratio" in g:
@@ -523,7 +573,8 @@ def markdown_table(table, links_from=None):
                      (f"{paired['median']:.3f} ({paired['min']:.3f}-{paired['max']:.3f})" if paired["n"] else ""),
                      fmt_p(g["sign_test"]["p"])]
         shown = "" if g["verdict"] == "baseline" else g["verdict"]
-        out.write(f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_rate(g['min'])} | {fmt_rate(g['max'])} "
+        out.write(f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_loss(g['loss'])} | {fmt_rate(g['min'])} "
+                  f"| {fmt_rate(g['max'])} "
                   f"| {g['spread']:.2f} | {' | '.join(cells)} | {shown} |\n")
     compared = [g for g in table["groups"] if "ratio" in g and g["pairs"]]
     if compared:
@@ -631,9 +682,17 @@ def markdown(result, links_from=None):
 
 CSV_COLUMNS = ["machine", "group", "n", "median", "min", "max", "spread", "ratio", "bound_low", "bound_high",
                "pairing", "pairs", "paired_median", "paired_min", "paired_max", "sign_test_p", "verdict",
+               "final_loss", "loss_worse_than_baseline",
                "flops_per_sample", "median_tflops", "median_mfu", "gpu_bound_share", "gpu_idle_share",
                "input_gap_share", "profiled_step_ms", "unprofiled_step_ms", "profiler_distortion", "profile_detail",
                "rates"]
+
+
+def loss_cells(loss):
+    """The CSV's final_loss and loss_worse_than_baseline: empty for runs without a loss."""
+    if loss is None:
+        return "", ""
+    return ("diverged" if loss["final"] is None else loss["final"]), loss["worse_than_baseline"]
 
 
 def csv_text(result):
@@ -647,7 +706,8 @@ def csv_text(result):
             w.writerow([table["machine_label"], g["group"], g["n"], g["median"], g["min"], g["max"], g["spread"],
                         g.get("ratio", 1.0), *(g.get("ratio_bounds") or ("", "")), g.get("pairing", ""),
                         paired.get("n", ""), paired.get("median", ""), paired.get("min", ""), paired.get("max", ""),
-                        (g.get("sign_test") or {}).get("p", ""), g["verdict"], c.get("flops_per_sample") or "",
+                        (g.get("sign_test") or {}).get("p", ""), g["verdict"],
+                        *loss_cells(g["loss"]), c.get("flops_per_sample") or "",
                         c.get("median_tflops", ""), "" if c.get("median_mfu") is None else c["median_mfu"],
                         b.get("median_share", ""), e.get("gpu_idle_share", ""), e.get("input_gap_share", ""),
                         e.get("profiled_step_ms", ""), "" if e.get("unprofiled_step_ms") is None else e["unprofiled_step_ms"],
@@ -762,11 +822,21 @@ def main(argv=None):
     p.add_argument("--per-host", action="store_true",
                    help="runs of several machines (host, GPU, driver, torch, CUDA, CPU budget): one table per "
                         "machine (default: refuse to pool them)")
+    p.add_argument("--loss-tolerance", type=float, default=LOSS_TOLERANCE,
+                   help="a group's final loss is worse than the baseline's above baseline x (1 + this), "
+                        f"or above baseline + --loss-floor when that is larger (default: {LOSS_TOLERANCE})")
+    p.add_argument("--loss-floor", type=float, default=LOSS_FLOOR,
+                   help="the smallest excess over the baseline's final loss that counts as worse, for losses "
+                        f"near zero (default: {LOSS_FLOOR})")
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv/.json/.png (default: comparison)")
     args = p.parse_args(argv)
+    for name in ("loss_tolerance", "loss_floor"):
+        if not (getattr(args, name) >= 0 and math.isfinite(getattr(args, name))):
+            p.error(f"--{name.replace('_', '-')} must be a finite number >= 0, got {getattr(args, name)}")
     try:
         records = gather_offline(args.offline) if args.offline else gather_polyaxon(args.project, args.query)
-        result = compare_records(records, baseline=args.baseline, per_host=args.per_host)
+        result = compare_records(records, baseline=args.baseline, per_host=args.per_host,
+                                 loss_tolerance=args.loss_tolerance, loss_floor=args.loss_floor)
     except CompareError as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1

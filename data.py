@@ -1,5 +1,5 @@
-"""The training sets: CIFAR-10 read from its own Python format (downloaded when missing) and the synthetic set,
-both through the tutorial's PIL transform chain."""
+"""The training sets: CIFAR-10 read from its own Python format (downloaded when missing), the synthetic set and the
+learnable set, all through the tutorial's PIL transform chain."""
 
 import os
 import sys
@@ -9,6 +9,7 @@ from runinfo import UserError
 
 SYNTHETIC_SIZE = 50_000
 SYNTHETIC_SEED = 0  # the synthetic images are the same in every run, whatever --seed says
+LEARNABLE_NOISE = 64  # each pixel channel: its class's tint plus a uniform draw in [-64, +63]
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
@@ -31,6 +32,13 @@ def build_dataset(args, transform):
               f"{SYNTHETIC_SEED}), same transforms as CIFAR-10; not the real data set", file=sys.stderr)
         dataset = SyntheticCIFAR10(transform)
         return dataset, {"name": "synthetic", "images": len(dataset), "seed": SYNTHETIC_SEED}
+    if args.data == "learnable":
+        dataset = LearnableCIFAR10(transform)
+        print(f"data: LEARNABLE synthetic images ({SYNTHETIC_SIZE} x 32x32x3 uint8, seed {SYNTHETIC_SEED}): each "
+              f"class its own tint plus noise, same transforms as CIFAR-10; not the real data set", file=sys.stderr)
+        noise = f"uniform integers in [-{LEARNABLE_NOISE}, +{LEARNABLE_NOISE - 1}] per pixel channel"
+        return dataset, {"name": "learnable", "images": len(dataset), "seed": SYNTHETIC_SEED,
+                         "class_tints": dataset.tints, "noise": noise}
     folder = os.path.join(args.data_dir, "cifar-10-batches-py")
     if not os.path.isdir(folder):
         download_cifar10(args.data_dir)
@@ -61,6 +69,29 @@ class SyntheticCIFAR10(ImageSet):
         rng = np.random.default_rng(seed)
         super().__init__(rng.integers(0, 256, size=(size, 32, 32, 3), dtype=np.uint8),
                          rng.integers(0, 10, size=size).tolist(), transform)
+
+
+class LearnableCIFAR10(ImageSet):
+    """CIFAR-shaped uint8 images from a fixed seed that a model can learn: each class has its own RGB tint
+    (10 of the 27 colours whose channels are 64, 128 or 192), and every pixel channel adds uniform noise.
+    A run on it shows whether a change still lets the model learn: the loss falls towards zero when it
+    does. Labels random, as in SyntheticCIFAR10; the tint follows the label."""
+
+    def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
+        import itertools
+        import numpy as np
+        rng = np.random.default_rng(seed)
+        levels = (LEARNABLE_NOISE, 128, 256 - LEARNABLE_NOISE)  # tint plus noise stays within 0..255
+        colours = np.array(list(itertools.product(levels, repeat=3)), dtype=np.uint8)
+        tints = colours[rng.permutation(len(colours))[:10]]
+        targets = rng.integers(0, 10, size=size)
+        # uint8 all the way (no float copy of 150 MB): noise in [0, 128) as whole random bytes halved (faster
+        # than drawing from a range that is not a power of two), then tint - 64 added.
+        images = rng.integers(0, 256, size=(size, 32, 32, 3), dtype=np.uint8)
+        images >>= 1
+        images += (tints - LEARNABLE_NOISE)[targets][:, None, None, :]
+        super().__init__(images, targets.tolist(), transform)
+        self.tints = tints.tolist()
 
 
 def read_cifar10(folder):
@@ -115,6 +146,18 @@ def download_cifar10(data_dir):
             f"CIFAR-10 is not in {data_dir} and could not be downloaded ({type(e).__name__}: {e}); "
             "give --data-dir a folder that holds cifar-10-batches-py, allow the download, "
             "or run with --data synthetic") from e
+
+
+def window_note(crossed, loader):
+    """What an epoch boundary inside the timed window did to the rate (None when the window crossed none)."""
+    if not crossed:
+        return None
+    said = f"the timed window crossed {crossed} epoch boundar{'y' if crossed == 1 else 'ies'}"
+    if loader is not None and loader.num_workers and not loader.persistent_workers:
+        return (f"{said}: each one shut the {loader.num_workers} DataLoader workers down and started new ones "
+                "inside the window, so the rate includes their start-up (lower --bench-steps or add "
+                "--persistent-workers)")
+    return f"{said} (a new shuffle inside the window)"
 
 
 class Batches:

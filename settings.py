@@ -11,6 +11,7 @@ import os
 import distributed
 import profiling
 from data import SYNTHETIC_SIZE
+from learning import REFERENCE_BATCH
 from speedups import options
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,7 +37,6 @@ def number(kind, ok, need):
 
 non_negative_int = number(int, lambda v: v >= 0, ">= 0")
 positive_int = number(int, lambda v: v >= 1, ">= 1")
-positive_float = number(float, lambda v: v > 0 and math.isfinite(v), "> 0")
 non_negative_float = number(float, lambda v: v >= 0 and math.isfinite(v), ">= 0")
 
 
@@ -51,16 +51,22 @@ def build_parser():
                    help="plain training steps before the profiler or the timed window (default: 20)")
     p.add_argument("--bench-steps", type=positive_int, default=100,
                    help="batches in the timed window of mode=bench (default: 100)")
-    p.add_argument("--data", choices=["cifar10", "synthetic"], default="cifar10",
+    p.add_argument("--data", choices=["cifar10", "synthetic", "learnable"], default="cifar10",
                    help="cifar10: the real training set, downloaded into --data-dir when missing; "
                         "synthetic: 50,000 CIFAR-shaped uint8 images (fixed seed) through the same "
-                        "transforms, for machines without network (default: cifar10)")
+                        "transforms, for machines without network; learnable: the same, but each class "
+                        "has its own colour tint plus noise, so the loss falls towards zero when the model "
+                        "learns (the learning check) (default: cifar10)")
     p.add_argument("--data-dir", default=os.path.join(HERE, "data"),
                    help="where CIFAR-10 is (or is downloaded to) (default: ./data)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="auto: CUDA when available, else CPU, said loudly; cuda: fail without it (default: auto)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="model, shuffle and augmentation seed (default: 0)")
-    p.add_argument("--lr", type=positive_float, default=0.1, help="SGD learning rate (default: 0.1)")
+    p.add_argument("--lr", type=non_negative_float, default=0.1,
+                   help="SGD learning rate; 0 trains nothing, on purpose (default: 0.1)")
+    p.add_argument("--scale-lr", action="store_true",
+                   help=f"the linear scaling rule: lr x global batch / {REFERENCE_BATCH} (global batch: "
+                        f"--batch-size x the DDP world size) (default: off, lr as given)")
     p.add_argument("--momentum", type=non_negative_float, default=0.9, help="SGD momentum (default: 0.9)")
     p.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="SGD weight decay (default: 5e-4)")
     p.add_argument("--profile-detail", choices=sorted(profiling.DETAIL), default="full",
@@ -87,8 +93,8 @@ def parse_settings(argv=None):
     args = parser.parse_args(argv)
     if args.momentum >= 1:
         parser.error(f"argument --momentum: must be < 1, got {args.momentum}")
-    if args.data == "synthetic" and args.batch_size > SYNTHETIC_SIZE:
-        parser.error(f"argument --batch-size: {args.batch_size} is more than the synthetic set's "
+    if args.data in ("synthetic", "learnable") and args.batch_size > SYNTHETIC_SIZE:
+        parser.error(f"argument --batch-size: {args.batch_size} is more than the {args.data} set's "
                      f"{SYNTHETIC_SIZE} images (one step would need more than the whole set)")
     options.check(args, parser.error)
     distributed.check(args, parser.error)

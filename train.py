@@ -13,6 +13,8 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     python train.py --mode bench --workers 4
     # no network: a CIFAR-shaped synthetic set through the same PIL transforms
     python train.py --mode bench --workers 4 --data synthetic
+    # the learning check: each class its own tint, so the loss must fall (loss_first -> loss_final)
+    python train.py --mode bench --workers 4 --data learnable --batch-size 512 --scale-lr
     # the candidate fixes (speedups/): e.g. the whole step as CUDA graphs, bf16, NHWC, fused kernels
     python train.py --mode bench --gpu-input --cuda-graph --compile default --cudnn-benchmark \
         --channels-last --amp bf16 --fused-sgd
@@ -28,7 +30,7 @@ profiler's cost is measured against them): two Chrome traces (open them in
 ui.perfetto.dev), operator tables, trace evidence (summarize.py), run.json.
 --profile-detail lean drops record_shapes, profile_memory and with_stack.
 mode=bench: the same warm-up, then a synchronized window of --bench-steps
-batches without the profiler: samples_per_sec.
+batches without the profiler: samples_per_sec, and each step's loss (read after the window).
 """
 
 import random
@@ -38,10 +40,11 @@ import traceback
 
 import distributed
 import flops
+import learning
 import profiling
 import ranks
 import runinfo
-from data import CIFAR10_MEAN, CIFAR10_STD, Batches, build_dataset, build_transform
+from data import CIFAR10_MEAN, CIFAR10_STD, Batches, build_dataset, build_transform, window_note
 from runinfo import UserError
 from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
 from settings import parse_settings
@@ -147,8 +150,8 @@ def resolve_device(torch, requested):
     return torch.device("cpu")
 
 
-def build_step(torch, batches, device, args, world):
-    """Model, loss and optimizer, and the step the mode runs: the tutorial's, or its captured replay."""
+def build_step(torch, batches, device, args, world, lr):
+    """Model, loss, SGD at lr (learning.learning_rate) and the step the mode runs: the tutorial's, or its replay."""
     memory_format, autocast = options.precision(torch, device, args)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
     model = build_model(torch).to(device, memory_format=memory_format)
@@ -157,7 +160,7 @@ def build_step(torch, batches, device, args, world):
     # DDP wraps the compiled module (torch's advice: compile the inner module, not the wrapper).
     model = world.wrap(model)
     criterion = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
     prefetcher = None
     if args.prefetch_stream:
@@ -246,21 +249,11 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
 
 # --------------------------------------------------------------------------- mode=bench
 
-def window_note(crossed, loader):
-    """What an epoch boundary inside the timed window did to the rate (None when the window crossed none)."""
-    if not crossed:
-        return None
-    said = f"the timed window crossed {crossed} epoch boundar{'y' if crossed == 1 else 'ies'}"
-    if loader is not None and loader.num_workers and not loader.persistent_workers:
-        return (f"{said}: each one shut the {loader.num_workers} DataLoader workers down and started new ones "
-                "inside the window, so the rate includes their start-up (lower --bench-steps or add "
-                "--persistent-workers)")
-    return f"{said} (a new shuffle inside the window)"
-
-
 def run_bench(torch, step, device, batches, args, stop, world):
-    """--bench-steps batches between two synchronizations, nothing syncing in between; in DDP the ranks
-    start together and the longest rank window sets the global rate."""
+    """--bench-steps batches between two synchronizations, nothing syncing in between (each step's loss is
+    copied on the device and read after the window); in DDP the ranks start together and the longest rank
+    window sets the global rate."""
+    losses = learning.LossCurve(torch, device, args.bench_steps)
     synchronize(torch, device)
     world.barrier()
     restarts_before = batches.epoch_restarts
@@ -268,14 +261,14 @@ def run_bench(torch, step, device, batches, args, stop, world):
         print(f"bench: timing {args.bench_steps} steps", file=sys.stderr)
         t0 = time.perf_counter()
         for _ in range(args.bench_steps):
-            loss = step()
+            losses.add(step())
             stop.step_done()  # a flag test: no sync
         synchronize(torch, device)
     seconds = time.perf_counter() - t0
     samples = args.bench_steps * args.batch_size
     results = {"samples_per_sec": samples / seconds, "window_seconds": seconds, "window_steps": args.bench_steps,
                "window_samples": samples, "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
-               "loss_after_window": float(loss.item())}
+               **learning.summary(losses.values())}
     results["window_note"] = window_note(results["epoch_restarts_in_window"], getattr(batches, "loader", None))
     if results["window_note"]:
         print(f"bench: warning: {results['window_note']}", file=sys.stderr)
@@ -286,7 +279,7 @@ def run_bench(torch, step, device, batches, args, stop, world):
 
 
 BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "epoch_restarts_in_window",
-                 "gpu_ms_per_step", "gpu_time_samples_per_sec",
+                 "gpu_ms_per_step", "gpu_time_samples_per_sec", "loss_first", "loss_final", "loss_diverged_step",
                  "gpu_bound_share", "flops_per_sample", "model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")
 
 
@@ -307,6 +300,7 @@ def log_bench(record, results, args):
     tflops = "n/a" if c["model_tflops_per_sec"] is None else f"{c['model_tflops_per_sec']:.2f}"
     print(f"bench: {results['flops_per_sample'] / 1e9:.3f} GFLOP per training sample (model FLOPs) -> "
           f"{tflops} TFLOP/s {'per GPU' if record['device'].startswith('cuda') else 'on the CPU'}; {mfu}")
+    print(learning.log_losses(record, results))
     return {k: results[k] for k in (*BENCH_OUTPUTS, *ranks.BENCH_OUTPUTS) if results.get(k) is not None}
 
 
@@ -349,7 +343,9 @@ def main(argv=None):
         torch.manual_seed(args.seed)
         batches, facts = build_batches(torch, args, device, world)
         record.update(facts)
-        step = build_step(torch, batches, device, args, world)
+        record["learning_rate"] = rate = learning.learning_rate(args, world.world_size)
+        record.log_outputs(effective_lr=rate["effective_lr"])
+        step = build_step(torch, batches, device, args, world, rate["effective_lr"])
         world.seed_per_rank(torch, np, random, args.seed)  # weights alike on every rank, augmentation not
         if args.mode == "bench":  # counted once, on shapes alone, before anything is timed
             record["flops"] = flops.training_flops(torch, build_model)

@@ -82,7 +82,7 @@ class CapturedStep:
             self.graphs[FORWARD_BACKWARD].replay()
         with record_function(OPTIMIZER):
             self.graphs[OPTIMIZER].replay()
-        return self.loss
+        return self.loss  # the same static tensor at every replay: bench mode copies it on the device at once
 
     def replay_all(self):
         """One step without scopes: what gpu_time_per_step queues."""

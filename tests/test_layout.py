@@ -8,7 +8,8 @@ import pytest
 from conftest import ROOT
 
 # Lowest first: a module may import only modules listed before it.
-LAYERS = ["scopes", "kernels", "nesting", "overview", "runinfo", "data", "stopping", "summarize", "stepview", "ranks", "speedups", "speedups.options",
+LAYERS = ["scopes", "kernels", "nesting", "overview", "runinfo", "data", "stopping", "learning", "summarize", "stepview", "ranks",
+          "speedups", "speedups.options",
           "speedups.gpu_input", "speedups.prefetch", "speedups.cuda_graph", "flops", "profiling", "distributed",
           "settings", "compare", "train"]
 

@@ -22,6 +22,10 @@ DOCUMENTED = [
     {"mode": "profile", "workers": 2, "profile_detail": "lean"},
     {"mode": "bench", "gpu_input": True, "cuda_graph": True, "cudnn_benchmark": True, "compile": "default",
      "amp": "bf16", "channels_last": True, "fused_sgd": True},
+    {"mode": "bench", "data": "learnable", "batch_size": 512, "scale_lr": True, "gpu_input": True,
+     "cuda_graph": True, "compile": "max-autotune-no-cudagraphs"},
+    {"mode": "bench", "data": "learnable", "lr": 0.0},
+    {"mode": "bench", "data": "learnable", "lr": 0.05},
 ]
 
 
@@ -36,7 +40,7 @@ def test_resolved_command_parses_into_the_same_settings(params):
     assert script.startswith("set -eu\n")
     settings = parse_settings(train_argv(script))
     expected = {"workers": 0, "batch_size": 128, "warmup_steps": 20, "bench_steps": 100, "data": "cifar10",
-                "seed": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "profile_detail": "full",
+                "seed": 0, "lr": 0.1, "scale_lr": False, "device": "cuda", "repeat": None, "trace_format": "json.gz", "profile_detail": "full",
                 "amp": "off", "compile": "off",
                 "persistent_workers": False, "prefetch_factor": None, "prefetch_stream": False,
                 "gpu_input": False, "channels_last": False, "fused_sgd": False, "cuda_graph": False,
@@ -51,7 +55,7 @@ def test_every_input_reaches_train_py():
     """No polyaxonfile input is silently dropped: each one is a train.py flag or a set-up switch."""
     everything = {"mode": "bench", "workers": "2", "repeat": "1", "prefetch_factor": "3", "persistent_workers": "true",
                   "prefetch_stream": "true", "gpu_input": "true", "channels_last": "true", "fused_sgd": "true",
-                  "cuda_graph": "true", "cudnn_benchmark": "true", "profile_detail": "lean"}
+                  "cuda_graph": "true", "cudnn_benchmark": "true", "profile_detail": "lean", "scale_lr": "true"}
     _, compiled = compile_polyaxonfile(everything)
     script = compiled.run.container.args[0]
     flags = {a.dest for a in build_parser()._actions}
@@ -82,6 +86,8 @@ def test_runtime_install_and_inventory_then_exec():
     ("workers=abc", "Cannot convert value `abc`"),
     ("batch_size=0", "batch_size"),
     ("data=imagenet", "must be one of the values"),
+    ("lr=-0.1", "lr"),
+    ("lr=abc", "Cannot convert value `abc`"),
     ("profile_detail=minimal", "must be one of the values"),
 ])
 def test_polyaxon_check_refuses_bad_params(param, message):

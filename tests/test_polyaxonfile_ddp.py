@@ -54,7 +54,8 @@ def parse_torchrun(argv):
     ({"mode": "profile", "replicas": 1, "slow_rank": 1, "slow_input_ms": 200, "data": "synthetic",
       "profile_detail": "lean"}, 2, 1),
     ({"mode": "bench", "replicas": 0, "gpu_input": True, "compile": "default", "amp": "bf16"}, 1, 1),
-], ids=["defaults", "4x2", "straggler", "master-only"])
+    ({"mode": "bench", "replicas": 1, "data": "learnable", "lr": 0.2, "scale_lr": True}, 2, 1),
+], ids=["defaults", "4x2", "straggler", "master-only", "learning-check"])
 def test_each_replica_runs_torchrun_then_train_py_with_ddp(params, nnodes, nproc, monkeypatch):
     """torchrun's own parser reads the resolved command: nnodes = replicas + 1, node rank = the pod's RANK,
     the master's address and port; train.py's parser reads the rest as the -P values, with --ddp."""
@@ -71,7 +72,8 @@ def test_each_replica_runs_torchrun_then_train_py_with_ddp(params, nnodes, nproc
         assert launch.training_script == "train.py"
         settings = parse_train(launch.training_script_args, nnodes * nproc, monkeypatch)
         expected = {"ddp": True, "workers": 0, "batch_size": 128, "device": "cuda", "slow_rank": None,
-                    "slow_input_ms": 0.0, "ddp_backend": "auto", "profile_detail": "full", **params}
+                    "slow_input_ms": 0.0, "ddp_backend": "auto", "profile_detail": "full", "lr": 0.1,
+                    "scale_lr": False, **params}
         for key, value in expected.items():
             if key in ("replicas", "nproc_per_node"):
                 continue
@@ -83,7 +85,7 @@ def test_every_input_reaches_torchrun_or_train_py():
     everything = {"mode": "bench", "replicas": "2", "nproc_per_node": "2", "workers": "2", "repeat": "1",
                   "prefetch_factor": "3", "persistent_workers": "true", "prefetch_stream": "true",
                   "gpu_input": "true", "channels_last": "true", "fused_sgd": "true", "cudnn_benchmark": "true",
-                  "slow_rank": "3", "slow_input_ms": "50", "profile_detail": "lean"}
+                  "slow_rank": "3", "slow_input_ms": "50", "profile_detail": "lean", "scale_lr": "true"}
     compiled = compile_ddp(everything)
     script = compiled.run.master.container.args[0]
     flags = {a.dest for a in build_parser()._actions}
@@ -130,6 +132,8 @@ def test_the_pytorchjob_manifest_has_the_replicas_resources_shm_and_command(monk
     ("nproc_per_node=0", "nproc_per_node"),
     ("slow_input_ms=-5", "slow_input_ms"),
     ("workers=abc", "Cannot convert value `abc`"),
+    ("lr=-1", "lr"),
+    ("data=imagenet", "must be one of the values"),
 ])
 def test_polyaxon_check_refuses_bad_params(param, message):
     base = [] if param.startswith("mode=") else ["-P", "mode=bench"]

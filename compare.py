@@ -49,6 +49,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import statistics
 import sys

@@ -629,7 +629,7 @@ def markdown_table(table, links_from=None):
     evidence = [g for g in table["groups"] if g["evidence"]]
     if evidence:
         out.write("\nTrace evidence (profile runs of the same settings; profiler distortion = profiled step over "
-                  "unprofiled steps timed just before the capture in the same run, +/- one standard error; below 1 "
+                  "unprofiled steps timed before and after the capture in the same run, +/- one standard error; below 1 "
                   "only when queued batches served the profiled steps or the host's pace changed):\n\n")
         out.write("| group | capture | GPU idle share | input gap share of idle | profiled step ms "
                   "| unprofiled step ms | profiler distortion | median samples/s |\n|---|---|---|---|---|---|---|---|\n")

@@ -1151,8 +1151,8 @@ def format_table(evidences):
                 parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
         if ev["crossing_slices"]["count"]:
             parts.append(f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
-                         "without nesting (with_stack's Python slices): open the trace in Perfetto v57.1 or later, "
-                         "older versions drop them")
+                         "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
+                         "traces are repaired (docs/PERFETTO.md)")
     parts.append(f"note: {CAVEAT}")
     return "\n".join(parts) + "\n"
 

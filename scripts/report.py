@@ -31,7 +31,7 @@ EVIDENCE = (("gpu_idle_share", "GPU idle share", "{:.2f}"),
             ("unprofiled_step_ms", "unprofiled step ms", "{:.1f}"),
             ("profiler_distortion", "profiler slow-down", "{:.2f}x"))
 GPU_FIGURES = {"gpu_idle_share", "input_gap_share"}
-PERFETTO = "https://ui.perfetto.dev (Perfetto v57.1 or later)"
+PERFETTO = "https://ui.perfetto.dev (profile mode's traces nest: any version shows every slice)"
 
 
 class ReportError(Exception):

@@ -407,8 +407,10 @@ def distortion_interval(profiled_ms, profiled_each, blocks):
     error. low = the least of (profiled / block - t975 x se), high = the greatest of (profiled / block + t975
     x se), over the blocks, se from ratio_se (the profiled steps' spread and that block's). It is None
     where a block has no per-step times. The blocks agree unless their means differ by more than t975
-    standard errors of the difference (Welch); where they do not, the host's pace drifted across the
-    capture: distortion_uncertain says so, naming both means (None where they agree or cannot be tested).
+    standard errors of the difference (Welch); where they do not, and the drift moves the ratio by more
+    than DRIFT_MATTERS of its distance from 1, the host's pace drifted across the capture:
+    distortion_uncertain says so, naming both means (None where they agree or cannot be tested). The
+    interval is built on the log scale, so it never reaches 0.
     blocks: [(name, mean ms, per-step ms or None, steps timed)] as pooled_pace gives them.
     """
     out = {"unprofiled_drift": None, "distortion_low": None, "distortion_high": None, "distortion_uncertain": None}
@@ -421,7 +423,9 @@ def distortion_interval(profiled_ms, profiled_each, blocks):
                     f"unprofiled_{name}_sd_ms": statistics.stdev(each) if many else None})
         ratio = profiled_ms / mean if profiled_ms and mean else None
         se, df = ratio_se(ratio, profiled_each, each)
-        spans.append(None if se is None else (ratio - t975(df) * se, ratio + t975(df) * se))
+        # On the log scale (se / ratio is the log ratio's se): a ratio of step times stays above 0.
+        spans.append(None if se is None else (ratio * math.exp(-t975(df) * se / ratio),
+                                              ratio * math.exp(t975(df) * se / ratio)))
     if spans and None not in spans:
         out["distortion_low"], out["distortion_high"] = min(a for a, _ in spans), max(b for _, b in spans)
     if len(blocks) < 2:
@@ -432,7 +436,11 @@ def distortion_interval(profiled_ms, profiled_each, blocks):
         return out
     vb, va = statistics.variance(before) / len(before), statistics.variance(after) / len(after)
     df = (vb + va) ** 2 / (vb * vb / (len(before) - 1) + va * va / (len(after) - 1)) if vb + va else None
-    if abs(a - b) > t975(df) * math.sqrt(vb + va) if vb + va else a != b:
+    differ = abs(a - b) > t975(df) * math.sqrt(vb + va) if vb + va else a != b
+    # A drift matters when it moves the ratio by more than a quarter of the slow-down itself: blocks of
+    # near-constant steps (a CUDA-graph replay) differ by 0.01 ms "beyond their spread" and change nothing.
+    moved = abs(profiled_ms / b - profiled_ms / a) if profiled_ms else 0.0
+    if differ and moved > DRIFT_MATTERS * abs(profiled_ms / ((a + b) / 2) - 1):
         out["distortion_uncertain"] = (
             f"the unprofiled steps before the capture took {b:.2f} ms and those after it {a:.2f} ms, further "
             "apart than their own spread allows: the host's pace drifted across the capture")
@@ -441,11 +449,12 @@ def distortion_interval(profiled_ms, profiled_each, blocks):
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (rounded down: the wider interval).
 T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
-        15: 2.13, 20: 2.09, 30: 2.04, 60: 2.00}
+        15: 2.13, 20: 2.09, 30: 2.04, 60: 2.00, 120: 1.98}
+DRIFT_MATTERS = 0.25  # the blocks' drift makes the distortion uncertain when it moves the ratio this share of (ratio - 1)
 
 
 def t975(df):
-    """The t quantile for a 95% interval; 1.96 when df is unknown or large."""
+    """The t quantile for a 95% interval; 1.96 when df is unknown or above 120."""
     if df is None or df > max(T975):
         return 1.96
     return T975[max(k for k in T975 if k <= max(1, math.floor(df)))]

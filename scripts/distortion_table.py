@@ -20,15 +20,18 @@ import report  # noqa: E402
 from runinfo import write_atomic  # noqa: E402
 
 HEADER = ["capture", "repeat", "run", "unprofiled before ms (sd)", "unprofiled after ms (sd)", "after/before",
-          "profiled step ms", "distortion (95% interval)", "bench step ms", "profiled/bench", "inside"]
+          "profiled step ms", "distortion (95% interval)", "bench step ms", "profiled/bench", "evidence", "inside"]
 
 
 class TableError(Exception):
     pass
 
 
-def load(root):
-    """The finished runs under root with results, as (uuid, run.json), oldest first (by started_at)."""
+def load(root, reevidence=None):
+    """The finished runs under root with results, as (uuid, run.json), oldest first (by started_at).
+
+    reevidence: a folder of scripts/reevidence.py's output: a run found there reads its evidence as this
+    checkout derives it (run.json's "rederived" says so); the others keep the evidence they recorded."""
     runs_dir = os.path.join(root, "runs")
     if not os.path.isdir(runs_dir):
         raise TableError(f"{root} holds no offline runs (no runs/ folder)")
@@ -39,6 +42,10 @@ def load(root):
                 run = json.load(f)
         except (OSError, ValueError):
             continue
+        again = os.path.join(reevidence or "", uuid, "evidence.json")
+        if run.get("results") and reevidence and os.path.exists(again):
+            with open(again) as f:
+                run["results"]["evidence"], run["rederived"] = json.load(f)["evidence"], True
         if run.get("results"):
             runs.append((uuid, run))
     return sorted(runs, key=lambda ur: str(ur[1].get("started_at") or ""))
@@ -89,14 +96,14 @@ def rows_of(runs):
         bench_ms = bench.get((key, s.get("repeat")))
         ratio, held = inside(e, bench_ms)
         interval = ("" if e.get("distortion_low") is None
-                    else f" [{e['distortion_low']:.2f}, {e['distortion_high']:.2f}]")
+                    else f" [{e['distortion_low']:.3f}, {e['distortion_high']:.3f}]")
         rows[key].append([
             s.get("profile_detail") or "full", _f(s.get("repeat"), "d"), uuid[:8],
             _ms(e.get("unprofiled_before_ms", e.get("unprofiled_step_ms")), e.get("unprofiled_before_sd_ms")),
             _ms(e.get("unprofiled_after_ms"), e.get("unprofiled_after_sd_ms")), _f(e.get("unprofiled_drift"), ".2f"),
             _f(e.get("profiled_step_ms"), ".2f"),
-            _f(e.get("profiler_distortion"), ".2f") + interval + (" uncertain" if e.get("distortion_uncertain") else ""),
-            _f(bench_ms, ".2f"), _f(ratio, ".2f"), {True: "yes", False: "no", None: "n/a"}[held]])
+            _f(e.get("profiler_distortion"), ".3f") + interval + (" uncertain" if e.get("distortion_uncertain") else ""),
+            _f(bench_ms, ".2f"), _f(ratio, ".3f"), "re-derived" if run.get("rederived") else "recorded", {True: "yes", False: "no", None: "n/a"}[held]])
         flags[key].append(held)
     return rows, flags
 
@@ -124,9 +131,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="distortion_table.py", description=__doc__.split("\n")[0])
     p.add_argument("root", help="an offline root: ROOT/runs/<uuid>/outputs/run.json")
     p.add_argument("--out", default=None, help="the Markdown file (default: ROOT/distortion.md)")
+    p.add_argument("--reevidence", default=None, metavar="DIR",
+                   help="scripts/reevidence.py's output for these runs: their evidence as this checkout derives it")
     args = p.parse_args(argv)
+    if args.reevidence and not os.path.isdir(args.reevidence):
+        print(f"distortion_table.py: error: --reevidence {args.reevidence}: no such folder", file=sys.stderr)
+        return 2
     try:
-        text = markdown(args.root, load(args.root))
+        text = markdown(args.root, load(args.root, args.reevidence))
     except TableError as e:
         print(f"distortion_table.py: error: {e}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ error; blocks further apart than their own spread make the distortion uncertain,
 """
 import glob
 import json
+import math
 import os
 import signal
 import statistics
@@ -29,10 +30,11 @@ def block(each):
 
 
 def own_interval(profiled, each):
-    """The ratio's 95% interval against one block alone: the old interval."""
+    """The ratio's 95% interval against one block alone, on the log scale (it never reaches 0)."""
     ratio = statistics.fmean(profiled) / statistics.fmean(each)
     se, df = profiling.ratio_se(ratio, profiled, each)
-    return ratio - profiling.t975(df) * se, ratio + profiling.t975(df) * se
+    half = profiling.t975(df) * se / ratio
+    return ratio * math.exp(-half), ratio * math.exp(half)
 
 
 def interval(before, after):
@@ -70,6 +72,23 @@ def test_blocks_that_disagree_make_the_distortion_uncertain_and_say_why():
     said = profiling.distortion_sentence(1.78, 0, False, se=0.05, df=8, interval=(1.5, 2.1), uncertain=why)
     assert "uncertain" in said and "10.00 ms" in said and "12.50 ms" in said and "1.50 and 2.10" in said
     assert "overstates" not in said, "an uncertain distortion asserts no effect"
+
+
+def test_a_drift_that_barely_moves_the_ratio_is_no_doubt():
+    """Graph replays: blocks of 2.474 and 2.485 ms, each almost constant, differ beyond their spread (Welch),
+    but move a 1.05x slow-down by 0.005: no doubt about it."""
+    profiled = [2.60, 2.601, 2.599, 2.600, 2.600]
+    before, after = [2.474, 2.4741, 2.4739, 2.474, 2.474], [2.485, 2.4851, 2.4849, 2.485, 2.485]
+    mean, steady, blocks = profiling.pooled_pace({"unprofiled": block(before), "unprofiled_after": block(after)})
+    out = profiling.distortion_interval(statistics.fmean(profiled), profiled, blocks)
+    assert out["distortion_uncertain"] is None
+    assert 1.04 < out["distortion_low"] < out["distortion_high"] < 1.06
+
+
+def test_the_interval_stays_above_zero_however_noisy_the_steps():
+    noisy = [1.0, 30.0, 2.0, 25.0, 3.0]
+    _, out = interval(noisy, noisy)
+    assert 0 < out["distortion_low"] < out["distortion_high"]
 
 
 def test_a_difference_within_the_blocks_spread_is_no_drift():
@@ -190,7 +209,7 @@ def test_the_distortion_table_pairs_each_profile_run_with_its_repeat_s_bench(tmp
     assert "--workers 4: inside for 0 of 0 (1 without an interval or a bench job of the same repeat)" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and line.split("|")[3].strip()[:1] == "a"]
     assert [r.split("|")[-2].strip() for r in rows] == ["yes", "yes", "no"], rows  # full 1, full 2, lean 1
-    assert "| 2.00 |" in rows[0] and "| 10.00 |" in rows[0] and "14.00" in rows[0] and "16.00" in rows[0]
+    assert "| 2.000 |" in rows[0] and "| 10.00 |" in rows[0] and "| recorded |" in rows[0] and "14.00" in rows[0] and "16.00" in rows[0]
     assert not glob.glob(str(tmp_path / ".partial-*"))
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -205,3 +224,24 @@ def test_the_distortion_study_refuses_bad_arguments_before_any_job(tmp_path):
         proc = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.startswith("usage:"), (args, proc.stderr)
     assert not (tmp_path / "r").exists(), "a refused study made its root"
+
+
+def test_the_table_reads_re_derived_evidence_where_there_is_some(tmp_path):
+    """distortion_table.py --reevidence: a run found there reads its evidence from there, and says so."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import distortion_table
+    root = tmp_path / "root"
+    run_dir = root / "runs" / "aaaa1111" / "outputs"
+    run_dir.mkdir(parents=True)
+    recorded = {"profiled_step_ms": 20.0, "profiler_distortion": 2.0, "distortion_low": 1.5, "distortion_high": 2.5}
+    (run_dir / "run.json").write_text(json.dumps({"mode": "profile", "settings": {"repeat": 1, "profile_detail": "lean"},
+                                                  "results": {"evidence": recorded}}))
+    again = tmp_path / "again" / "aaaa1111"
+    again.mkdir(parents=True)
+    (again / "evidence.json").write_text(json.dumps({"evidence": {**recorded, "distortion_low": 1.9,
+                                                                  "distortion_high": 2.1}}))
+    (_, plain), = distortion_table.load(str(root))
+    (_, redone), = distortion_table.load(str(root), str(tmp_path / "again"))
+    assert plain["results"]["evidence"]["distortion_low"] == 1.5 and not plain.get("rederived")
+    assert redone["results"]["evidence"]["distortion_low"] == 1.9 and redone["rederived"]
+    assert distortion_table.main([str(root), "--reevidence", str(tmp_path / "nowhere")]) == 2

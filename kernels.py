@@ -51,7 +51,7 @@ COPY_CATS = ("gpu_memcpy", "gpu_memset")
 # (class, pattern) in order, matched against the lower-cased name; triton names are read apart (_triton).
 # cuDNN's init_device_workspace_kernel (zeroing a split-K workspace) goes with the pass its template names:
 # it is part of that convolution algorithm's cost. cuDNN's convolve_common_engine names no pass: it is read
-# as forward (on the stored H200 traces it runs in the forward pass only).
+# as forward, an assumption its name does not confirm.
 _RULES = [(cls, re.compile(pattern)) for cls, pattern in [
     (COPIES, r"memset|memcpy|nchwtonhwc|nhwctonchw|addpadding|converttensor"),
     ("communication", r"nccl"),

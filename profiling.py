@@ -464,7 +464,9 @@ def capture_lines(cycle, capture):
     """The evidence text's account of the capture, in plain words: the profiler's cost, the pauses before this
     cycle, and which steps the run's headline figures come from (run.json keeps the terms of docs/EVIDENCE.md)."""
     se = capture.get("profiler_distortion_se")
-    lines = [f"the profiler's cost (--profile-detail {capture['detail']}): a profiled step took "
+    cycles = ", ".join(map(str, capture.get("headline_cycles") or [])) or "?"
+    lines = [f"the profiler's cost (--profile-detail {capture['detail']}), for the whole run (cycle(s) {cycles}, "
+             "not this cycle alone): a profiled step took "
              f"{_ms(capture['profiled_step_ms'])} ms, an unprofiled one {_ms(capture['unprofiled_step_ms'])} ms "
              f"({_blocks(capture)}{_spread(capture.get('unprofiled_step_ms_each'))}): the profiler slowed the step "
              f"{_ratio(capture['profiler_distortion'])}x{'' if se is None else f' +/- {se:.2f}'} "

@@ -112,6 +112,8 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
         with open(c["evidence_txt"]) as f:
             text = f.read()
         assert "the profiler's cost (--profile-detail full)" in text and "profiler_distortion" in text
+        # each cycle's file repeats the run's pooled figure: it says so, naming the cycles it pools
+        assert "for the whole run (cycle(s) 1, 2, not this cycle alone)" in text
         assert read_json(c["evidence_json"])["capture"]["dumps"] == [
             {"cycle": d["cycle"], "seconds": d["dump_seconds"], "before_step": d["dump_before_step"]}
             for d in results["cycles"]]

@@ -209,20 +209,52 @@ def ddp_symmetric(tmp_path_factory):
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
 
 
-def test_a_symmetric_run_names_no_straggler(ddp_symmetric):
-    """Without --slow-rank, which rank is the slowest changes from step to step: no rank is named, the verdict
-    says so with its counts, the per-step table stays, and the run logs no slowest_rank. (Under the null the
-    test names a rank at most 2/64 of the time: that is what p < 0.05 means with six steps.)"""
+def test_a_symmetric_run_says_what_its_sign_test_found(ddp_symmetric):
+    """Without --slow-rank: the verdict, the outputs, the readme and the log agree with the sign test.
+
+    Whether a rank is named is not asserted here. Two ranks on a 2-CPU machine are not symmetric: in one
+    run rank 0 was the slower in all six steps by about 58 ms a step (the machine's CPUs, not chance), and
+    the sign test rightly named it. The test below builds a symmetric pair from real traces instead."""
     out = ddp_symmetric["outputs"]
     across = read_json(os.path.join(out, "traces", "ranks.evidence.json"))
     test = across["straggler_test"]
-    assert across["slowest_rank"] is None and across["slow_stage"] is None, across["verdict"]
-    assert test["steps"] == 6 and test["slowest_in"] < 6 and test["p"] >= 0.05, test
-    assert across["verdict"].startswith("no consistent straggler"), across["verdict"]
+    assert test["steps"] == 6, test
+    named = across["slowest_rank"] is not None
+    assert named == (test["p"] < 0.05 and test["slowest_in"] == 6), (across["verdict"], test)
+    assert across["verdict"].startswith("slowest rank" if named else "no consistent straggler"), across["verdict"]
     with open(os.path.join(out, "traces", "ranks.evidence.txt")) as f:
         text = f.read()
     assert "#2 " in text and "#9 " in text and "straggler test: rank" in text
     run = load_offline_run(ddp_symmetric["root"], ddp_symmetric["uuid"])
-    assert "slowest_rank" not in run["outputs"] and run["outputs"]["straggler_p"] == pytest.approx(test["p"])
-    assert "slowest rank: none consistent across the aligned steps" in run["readme"]
-    assert "ranks: no consistent straggler" in ddp_symmetric["proc"].stderr
+    assert ("slowest_rank" in run["outputs"]) == named and run["outputs"]["straggler_p"] == pytest.approx(test["p"])
+    if not named:
+        assert "slowest rank: none consistent across the aligned steps" in run["readme"]
+        assert "ranks: no consistent straggler" in ddp_symmetric["proc"].stderr
+
+
+def _as_rank(src, dst, rank):
+    """A copy of a trace that says it is rank `rank` (distributedInfo.rank), in a rank{R} folder."""
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    doc["distributedInfo"]["rank"] = rank
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with gzip.open(dst, "wt") as f:
+        json.dump(doc, f)
+
+
+def test_a_symmetric_pair_of_ranks_names_no_straggler(ddp_profile, tmp_path):
+    """Symmetric by construction, from the real traces of a 2-rank run whose rank 1 sleeps in every step:
+    rank A is rank 0 in cycle 1 and rank 1 in cycle 2, rank B the other way round. Each is the slowest in
+    three of the six aligned steps: ranks.py names no straggler, and its verdict gives the counts."""
+    traces = os.path.join(ddp_profile["outputs"], "traces")
+    own = {r: sorted(glob.glob(os.path.join(traces, f"rank{r}", "trace-cycle*.pt.trace.json.gz"))) for r in (0, 1)}
+    assert [len(own[0]), len(own[1])] == [2, 2], own
+    for new, (first, second) in {0: (own[0][0], own[1][1]), 1: (own[1][0], own[0][1])}.items():
+        for src in (first, second):
+            _as_rank(src, str(tmp_path / f"rank{new}" / os.path.basename(src)), new)
+    result = ranks.across([ranks.rank_figures(paths, rank) for rank, paths in
+                           sorted(ranks.find_traces([str(tmp_path)]).items())])
+    test = result["straggler_test"]
+    assert (test["steps"], test["slowest_in"]) == (6, 3) and test["p"] >= 0.05, test
+    assert result["slowest_rank"] is None and result["slow_stage"] is None, result["verdict"]
+    assert result["verdict"].startswith("no consistent straggler"), result["verdict"]

@@ -284,6 +284,19 @@ def setting(r, k):
     return None if v is False or v == "off" else v
 
 
+def baseline_groups(baseline, groups):
+    """The groups (lists of runs) whose every run has each setting of baseline ("k=v, k2=v2"): a label names
+    only the settings that vary, so "batch_size=128" still finds its group when runs varying in another
+    setting join and the label grows. A value "off" matches a switched-off option. Their indices."""
+    pairs = [part.strip().split("=", 1) for part in baseline.split(",")]
+    if not all(len(p) == 2 and p[0] for p in pairs):
+        return []
+    wanted = [(k, None if v == "off" else v) for k, v in pairs]
+    shown = lambda v: None if v is None else str(v)  # noqa: E731
+    return [i for i, runs in enumerate(groups)
+            if all(shown(setting(r, k)) == v for r in runs for k, v in wanted)]
+
+
 def label(key):
     """The group's settings; switched-off options are left out of the name."""
     shown = [f"{k}={v}" for k, v in key if v is not None]  # 0 is shown
@@ -340,7 +353,8 @@ def left_out_reason(r):
 def compare_records(records, baseline=None, per_host=False, loss_tolerance=LOSS_TOLERANCE, loss_floor=LOSS_FLOOR):
     """Split, group, describe, pair and test; pure, so it is tested on fabricated records.
 
-    baseline: a group label such as "workers=4" to compare against (default: the first group).
+    baseline: a group label such as "workers=4" to compare against (default: the first group), or settings
+    that only one group has (baseline_groups).
     per_host: one table per machine instead of refusing runs of several machines.
     loss_tolerance, loss_floor: a group's final loss is worse than the baseline's above
     baseline + max(loss_tolerance x baseline, loss_floor).
@@ -391,10 +405,12 @@ def compare_machine(machine, bench, varying, baseline, records, several):
     ordered = sorted(groups, key=order_key)
     if baseline is not None:
         labels = [label(k) for k in ordered]
-        if baseline not in labels:
+        found = [labels.index(baseline)] if baseline in labels else baseline_groups(baseline, [groups[k] for k in ordered])
+        if len(found) != 1:
             where = f" on {machine_label(machine)}" if several else ""
-            raise CompareError(f"--baseline {baseline!r} is none of the groups{where}: {'; '.join(labels)}")
-        ordered.insert(0, ordered.pop(labels.index(baseline)))
+            what = "is none of the groups" if not found else f"matches {len(found)} groups"
+            raise CompareError(f"--baseline {baseline!r} {what}{where}: {'; '.join(labels)}")
+        ordered.insert(0, ordered.pop(found[0]))
     base = groups[ordered[0]]
     base_rates = [r["samples_per_sec"] for r in base]
     rows = []
@@ -819,7 +835,7 @@ def main(argv=None):
     src.add_argument("--offline", metavar="PATH", help="a folder of offline runs (POLYAXON_OFFLINE_ROOT)")
     src.add_argument("-p", "--project", help="a Polyaxon project ([owner/]name)")
     p.add_argument("-q", "--query", default=None, help="Polyaxon query to select runs, e.g. 'tags:study1'")
-    p.add_argument("--baseline", default=None, help="group to compare against, e.g. workers=4 (default: the first)")
+    p.add_argument("--baseline", default=None, help="group to compare against, by its label or by settings only it has, e.g. workers=4 (default: the first)")
     p.add_argument("--per-host", action="store_true",
                    help="runs of several machines (host, GPU, driver, torch, CUDA, CPU budget): one table per "
                         "machine (default: refuse to pool them)")

@@ -1,13 +1,14 @@
 """The profiler's distortion against the bench, from the runs of scripts/distortion_study.sh, as Markdown.
 
-    python scripts/distortion_table.py ROOT [--out FILE.md]
+    python scripts/distortion_table.py ROOT [ROOT...] [--out FILE.md]
 
-ROOT is an offline root (ROOT/runs/<uuid>/outputs/run.json). Per configuration, capture (--profile-detail)
+ROOT is an offline root (ROOT/runs/<uuid>/outputs/run.json), one study; several roots make one table, each
+profile run paired only within its own root (the "study" column). Per configuration, capture (--profile-detail)
 and repeat: the unprofiled steps' mean before and after the capture (and their standard deviations), the
 profiled step, the distortion and its 95% interval (docs/EVIDENCE.md), the bench step of the same repeat
-and configuration (its window's seconds over its steps), profiled step / bench step, and whether that
+and configuration on the same machine (boot id and GPU UUID; its window's seconds over its steps), profiled step / bench step, and whether that
 lies inside the interval. A line per configuration counts how often it did. The table goes to FILE.md
-(default ROOT/distortion.md), written whole or not at all, and to stdout.
+(default: the first ROOT's distortion.md), written whole or not at all, and to stdout.
 """
 import argparse
 import json
@@ -19,7 +20,7 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]  # the repository root, and report.
 import report  # noqa: E402
 from runinfo import write_atomic  # noqa: E402
 
-HEADER = ["capture", "repeat", "run", "unprofiled before ms (sd)", "unprofiled after ms (sd)", "after/before",
+HEADER = ["capture", "study", "repeat", "run", "machine", "unprofiled before ms (sd)", "unprofiled after ms (sd)", "after/before",
           "profiled step ms", "distortion (95% interval)", "bench step ms", "profiled/bench", "evidence", "inside"]
 
 
@@ -69,6 +70,13 @@ def inside(e, bench_ms):
     return ratio, e["distortion_low"] <= ratio <= e["distortion_high"]
 
 
+def machine_of(run):
+    """The machine a run ran on, as its boot id and GPU UUID (8 characters each; "?" where not recorded):
+    a profile run is paired only with a bench job of its own machine."""
+    env = run.get("environment") or {}
+    return "/".join(str(env.get(k) or "?").removeprefix("GPU-")[:8] for k in ("boot_id", "gpu_uuid"))
+
+
 def _ms(mean, sd):
     return "n/a" if mean is None else f"{mean:.2f}" + ("" if sd is None else f" ({sd:.2f})")
 
@@ -80,25 +88,27 @@ def _f(v, spec):
 def rows_of(runs):
     """{configuration: [row cells]} and {configuration: [inside flags]}, the configurations in study order."""
     config = lambda run: report.configuration(run.get("settings") or {})  # noqa: E731
+    where = lambda run: (run.get("study", 1), (run.get("settings") or {}).get("repeat"), machine_of(run))  # noqa: E731
     bench = {}
     for _, run in runs:
         if run.get("mode") == "bench":
-            bench.setdefault((config(run), (run.get("settings") or {}).get("repeat")), bench_step_ms(run))
+            bench.setdefault((config(run), *where(run)), bench_step_ms(run))
     rows, flags = {}, {}
     profiles = [(u, r) for u, r in runs if r.get("mode") == "profile"]
     for key in dict.fromkeys(config(r) for _, r in profiles):  # the configurations in the order they ran
         rows[key], flags[key] = [], []
-    order = lambda ur: ((ur[1].get("settings") or {}).get("profile_detail") or "full",  # noqa: E731
+    order = lambda ur: ((ur[1].get("settings") or {}).get("profile_detail") or "full", ur[1].get("study", 1),  # noqa: E731
                         (ur[1].get("settings") or {}).get("repeat") or 0)
     for uuid, run in sorted(profiles, key=order):
         s, e = run.get("settings") or {}, run["results"].get("evidence") or {}
         key = config(run)
-        bench_ms = bench.get((key, s.get("repeat")))
+        bench_ms = bench.get((key, *where(run)))
         ratio, held = inside(e, bench_ms)
         interval = ("" if e.get("distortion_low") is None
                     else f" [{e['distortion_low']:.3f}, {e['distortion_high']:.3f}]")
         rows[key].append([
-            s.get("profile_detail") or "full", _f(s.get("repeat"), "d"), uuid[:8],
+            s.get("profile_detail") or "full", _f(run.get("study", 1), "d"), _f(s.get("repeat"), "d"), uuid[:8],
+            machine_of(run),
             _ms(e.get("unprofiled_before_ms", e.get("unprofiled_step_ms")), e.get("unprofiled_before_sd_ms")),
             _ms(e.get("unprofiled_after_ms"), e.get("unprofiled_after_sd_ms")), _f(e.get("unprofiled_drift"), ".2f"),
             _f(e.get("profiled_step_ms"), ".2f"),
@@ -108,13 +118,24 @@ def rows_of(runs):
     return rows, flags
 
 
-def markdown(root, runs):
+def load_studies(roots, reevidence=None):
+    """The runs of several roots, each run.json marked with its root's number ("study", from 1)."""
+    runs = []
+    for i, root in enumerate(roots, 1):
+        for uuid, run in load(root, reevidence):
+            run["study"] = i
+            runs.append((uuid, run))
+    return runs
+
+
+def markdown(roots, runs):
     rows, flags = rows_of(runs)
     if not rows:
-        raise TableError(f"{root} holds no finished profile run")
+        raise TableError(f"{' '.join(roots)} holds no finished profile run")
     devices = sorted({(run.get("environment") or {}).get("gpu") or run.get("device") or "?" for _, run in runs})
-    out = [f"# The profiler's distortion against the bench: {root}", "",
-           f"Device: {', '.join(devices)}. Made by `python scripts/distortion_table.py {root}`.",
+    out = [f"# The profiler's distortion against the bench: {' '.join(roots)}", "",
+           f"Device: {', '.join(devices)}. Made by `python scripts/distortion_table.py {' '.join(roots)}`.",
+           "Studies: " + "; ".join(f"{i} = {root}" for i, root in enumerate(roots, 1)) + ".",
            "The interval covers the ratio against the unprofiled steps before and after the capture, each give or "
            "take its own sampling error (docs/EVIDENCE.md). `inside`: whether profiled/bench lies in it.", ""]
     for key, cells in rows.items():
@@ -123,14 +144,15 @@ def markdown(root, runs):
         out += ["| " + " | ".join(c) + " |" for c in cells]
         missing = len(flags[key]) - len(held)
         out += ["", f"{key}: inside for {sum(held)} of {len(held)}"
-                + (f" ({missing} without an interval or a bench job of the same repeat)" if missing else ""), ""]
+                + (f" ({missing} without an interval or a bench job of the same repeat and machine)" if missing else ""), ""]
     return "\n".join(out)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="distortion_table.py", description=__doc__.split("\n")[0])
-    p.add_argument("root", help="an offline root: ROOT/runs/<uuid>/outputs/run.json")
-    p.add_argument("--out", default=None, help="the Markdown file (default: ROOT/distortion.md)")
+    p.add_argument("roots", nargs="+", metavar="ROOT",
+                   help="an offline root (ROOT/runs/<uuid>/outputs/run.json), one study; several make one table")
+    p.add_argument("--out", default=None, help="the Markdown file (default: the first ROOT/distortion.md)")
     p.add_argument("--reevidence", default=None, metavar="DIR",
                    help="scripts/reevidence.py's output for these runs: their evidence as this checkout derives it")
     args = p.parse_args(argv)
@@ -138,11 +160,11 @@ def main(argv=None):
         print(f"distortion_table.py: error: --reevidence {args.reevidence}: no such folder", file=sys.stderr)
         return 2
     try:
-        text = markdown(args.root, load(args.root, args.reevidence))
+        text = markdown(args.roots, load_studies(args.roots, args.reevidence))
     except TableError as e:
         print(f"distortion_table.py: error: {e}", file=sys.stderr)
         return 1
-    out = args.out or os.path.join(args.root, "distortion.md")
+    out = args.out or os.path.join(args.roots[0], "distortion.md")
     write_atomic(out, text)
     print(text)
     print(f"table written: {out}", file=sys.stderr)

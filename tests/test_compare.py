@@ -277,6 +277,22 @@ def test_baseline_choice_and_unknown_baseline():
         compare.compare_records(study([1.0], [2.0]), baseline="workers=3")
 
 
+def test_a_baseline_named_by_settings_survives_a_group_that_joins_later():
+    """--baseline batch_size=128 names its group by settings: when runs that vary in another setting join, the
+    labels grow ("batch_size=128, workers=0"), and the baseline is still the one group with batch 128; a
+    setting that several groups share is refused, naming the groups."""
+    runs = study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0], batch_size=256)  # groups differ in workers and batch_size
+    result = compare.compare_records(runs, baseline="batch_size=128")
+    first, second = table(result)["groups"]
+    assert first["group"] == "batch_size=128, workers=0" and second["ratio"] == pytest.approx(20 / 2)
+    result = compare.compare_records(runs, baseline="batch_size=256, workers=4")
+    assert table(result)["groups"][0]["group"] == "batch_size=256, workers=4"
+    with pytest.raises(compare.CompareError, match="matches 2 groups"):
+        compare.compare_records(study([1.0], [2.0]), baseline="batch_size=128")
+    with pytest.raises(compare.CompareError, match="none of the groups"):
+        compare.compare_records(runs, baseline="batch_size=512")
+
+
 # --------------------------------------------------------------------------- left out, figures beside the rates
 
 def test_profile_failed_and_inputless_runs_are_left_out_and_named():

@@ -200,17 +200,33 @@ def test_the_distortion_table_pairs_each_profile_run_with_its_repeat_s_bench(tmp
     run("a4", **bench(2, 16.0))
     run("a5", **profile(2, "full", 1.1, 1.4))  # 20 / 16 = 1.25: inside
     run("b1", **profile(1, "full", 1.0, 2.0, workers=4))  # no bench of its repeat
+    run("c1", **bench(1, 10.0, workers=8), environment={"boot_id": "bootAAAA-1", "gpu_uuid": "GPU-gpuAAAAA"})
+    run("c2", **profile(1, "full", 1.5, 2.5, workers=8), environment={"boot_id": "bootBBBB-1", "gpu_uuid": "GPU-gpuAAAAA"})
     out = tmp_path / "table.md"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "distortion_table.py"), str(tmp_path),
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "--workers 0: inside for 2 of 3" in text, text
-    assert "--workers 4: inside for 0 of 0 (1 without an interval or a bench job of the same repeat)" in text
-    rows = [line for line in text.splitlines() if line.startswith("| ") and line.split("|")[3].strip()[:1] == "a"]
+    assert "--workers 4: inside for 0 of 0 (1 without an interval or a bench job of the same repeat and machine)" in text
+    # the same repeat on another machine (another boot) is no bench of this run's
+    assert "--workers 8: inside for 0 of 0 (1 without" in text and "| bootBBBB/gpuAAAAA |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line.split("|")[4].strip()[:1] == "a"]
     assert [r.split("|")[-2].strip() for r in rows] == ["yes", "yes", "no"], rows  # full 1, full 2, lean 1
     assert "| 2.000 |" in rows[0] and "| 10.00 |" in rows[0] and "| recorded |" in rows[0] and "14.00" in rows[0] and "16.00" in rows[0]
     assert not glob.glob(str(tmp_path / ".partial-*"))
+    # a second study that reuses the repeat numbers: each profile run pairs with the bench of its own study
+    second = tmp_path / "second"
+    for uuid, data in (("d1", bench(1, 20.0)), ("d2", profile(1, "full", 0.9, 1.1))):  # 20 / 20 = 1.0: inside
+        (second / "runs" / uuid / "outputs").mkdir(parents=True)
+        (second / "runs" / uuid / "outputs" / "run.json").write_text(json.dumps({"device": "cpu", **data}))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "distortion_table.py"), str(tmp_path),
+                           str(second), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "--workers 0: inside for 3 of 4" in text and f"2 = {second}" in text, text
+    row, = [line for line in text.splitlines() if "| d2 |" in line]
+    assert row.split("|")[2].strip() == "2" and "| 20.00 | 1.000 |" in row and row.split("|")[-2].strip() == "yes", row
     empty = tmp_path / "empty"
     empty.mkdir()
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "distortion_table.py"), str(empty)],

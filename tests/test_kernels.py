@@ -1,6 +1,9 @@
 """kernels.py: each GPU event's class from its name, and the GPU time by class that summarize.py reports."""
 import glob
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -218,3 +221,52 @@ def test_compare_shows_the_top_classes_of_gpu_bound_groups_only():
     assert "- graph: conv wgrad 21%, conv fwd 18%, batch-norm 16%" in text
     assert "workers=0" not in text
     assert "- old graph: n/a" in text
+
+
+def _class_trace(folder, batch, conv_us, bn_us, steps=2):
+    """A trace of `steps` steps, each a convolution then a batch-norm on stream 7, under folder/outputs/traces,
+    with the run.json beside it that names the batch size (batch None: no run.json)."""
+    evs = []
+    for n in range(steps):
+        t0 = n * 1000.0
+        evs.append(_ev(f"ProfilerStep#{n + 1}", "user_annotation", t0, 1000.0))
+        for i, (name, start, dur) in enumerate([("sm90_xmma_fprop_implicit_gemm_x", t0 + 10, conv_us),
+                                                ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", t0 + 20 + conv_us, bn_us)]):
+            evs.append(_ev("cudaLaunchKernel", "cuda_runtime", t0 + 1 + i, 1.0, correlation=10 * n + i + 1))
+            evs.append(_ev(name, "kernel", start, dur, stream=7, correlation=10 * n + i + 1))
+    traces = folder / "outputs" / "traces"
+    traces.mkdir(parents=True)
+    if batch:
+        (folder / "outputs" / "run.json").write_text(json.dumps({"settings": {"batch_size": batch},
+                                                                 "environment": {"gpu": "NVIDIA H200"}}))
+    path = traces / "trace.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    return str(path)
+
+
+def test_the_class_table_shows_each_class_per_step_and_per_sample_against_the_first_trace(tmp_path):
+    """Batch 128 (conv 100 us, bn 50 us a step) against batch 512 (conv 200, bn 150): per sample the conv went
+    from 0.781 to 0.391 us, the batch-norm from 0.391 to 0.293, the total to 350/512 / (150/128) = 0.583x."""
+    script = os.path.join(ROOT, "scripts", "class_table.py")
+    a = _class_trace(tmp_path / "a", 128, 100.0, 50.0)
+    b = _class_trace(tmp_path / "b", 512, 200.0, 150.0)
+    out = tmp_path / "classes.md"
+    proc = subprocess.run([sys.executable, script, a, b, "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split("|")[1].strip(): line for line in out.read_text().splitlines() if line.startswith("| ")}
+    assert "| 0.100 / 0.78 | 0.200 / 0.39 |" in rows["convolution forward"]
+    assert "| 0.050 / 0.39 | 0.150 / 0.29 |" in rows["batch-norm"]
+    assert "| 0.150 / 1.17 | 0.350 / 0.68 |" in rows["**total (GPU work a step launched)**"]
+    assert "total per sample 0.583x trace 1's" in proc.stdout and "batch_size=512 on NVIDIA H200 (2 steps" in proc.stdout
+    c = _class_trace(tmp_path / "c", None, 100.0, 50.0)  # no run.json: per step only
+    proc = subprocess.run([sys.executable, script, a, c], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "| 0.100 / 0.78 | 0.100 |" in proc.stdout, proc.stdout
+
+
+def test_the_class_table_refuses_a_cpu_only_or_missing_trace_in_one_line(tmp_path):
+    script = os.path.join(ROOT, "scripts", "class_table.py")
+    cpu = tmp_path / "cpu.pt.trace.json"
+    cpu.write_text(json.dumps({"traceEvents": [_ev("ProfilerStep#1", "user_annotation", 0.0, 10.0)]}))
+    for args, rc, words in (([str(cpu)], 1, "no GPU kernels"), ([str(tmp_path / "none.json")], 2, "no such trace")):
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == rc and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr

@@ -1,0 +1,107 @@
+"""Which kernel class a change shrank: GPU time by kernel class of several traces, side by side, as Markdown.
+
+    python scripts/class_table.py TRACE [TRACE...] [--out FILE.md]
+
+Each TRACE is a PyTorch profiler trace (.pt.trace.json[.gz]); the first is the reference. Per class (kernels.py)
+and trace: the GPU time a step launches, in ms, and per training sample, in us, where the batch size is known
+(from the run.json of the run that wrote the trace, in TRACE's folder's parent, which also names its machine;
+else per step only). A batch of
+1024 does 8x the work of one of 128, so per-sample time is what tells whether a class got cheaper. The last
+column is each later trace's total per sample over the reference's. The classes of each trace must sum to the
+GPU work its steps launched (summarize.py's gpu_work_us, overlaps counted once); a trace where they do not
+stops the table (exit 1), as does a trace without GPU events.
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import kernels  # noqa: E402
+import summarize  # noqa: E402
+from runinfo import write_atomic  # noqa: E402
+
+LABEL_KEYS = ("batch_size", "compile", "amp", "cuda_graph", "channels_last", "workers", "gpu_input")
+
+
+class TableError(Exception):
+    pass
+
+
+def run_of(trace):
+    """The run.json of the run that wrote trace (outputs/traces/X -> outputs/run.json), or {}."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(trace))), "run.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def classes_of(trace, evidence, run):
+    """{"label", "batch", "steps", "ms": {class: ms per step}, "total_ms"} of one summarized trace."""
+    settings, env = run.get("settings") or {}, run.get("environment") or {}
+    window = evidence["window"]
+    kc, steps = window.get("kernel_classes"), window.get("steps")
+    if not evidence.get("has_gpu") or not kc or not kc.get("busy_us") or not steps:
+        raise TableError(f"{trace}: no GPU kernels in its steps (a CPU-only trace has no kernel classes)")
+    got = sum(c["us"] for c in kc["classes"].values())
+    if abs(got - window["gpu_work_us"]) > summarize.EPS_US * max(1, len(kc["classes"])):
+        raise TableError(f"{trace}: the classes sum to {got:.1f} us but its steps launched "
+                         f"{window['gpu_work_us']:.1f} us of GPU work")
+    varying = [f"{k}={settings[k]}" for k in LABEL_KEYS if settings.get(k) not in (None, False, "off")]
+    machine = [env["gpu"]] if env.get("gpu") else []
+    machine += [f"{name} {str(env[k]).removeprefix('GPU-')[:8]}" for k, name in (("boot_id", "boot"), ("gpu_uuid", "GPU"))
+                if env.get(k)]
+    label = ", ".join(varying) or os.path.basename(trace)
+    return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": settings.get("batch_size"),
+            "steps": steps, "ms": {c: v["us"] / steps / 1e3 for c, v in kc["classes"].items()},
+            "total_ms": got / steps / 1e3}
+
+
+def markdown(rows, traces):
+    def cell(r, ms):
+        if ms is None:
+            return "-"
+        return f"{ms:.3f}" + ("" if not r["batch"] else f" / {ms / r['batch'] * 1e3:.2f}")
+    header = ["class"] + [f"{i}: ms/step / us/sample" for i in range(1, len(rows) + 1)]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    present = [c for c in kernels.CLASSES if any(c in r["ms"] for r in rows)]
+    for c in present:
+        out.append("| " + " | ".join([c] + [cell(r, r["ms"].get(c)) for r in rows]) + " |")
+    out.append("| " + " | ".join(["**total (GPU work a step launched)**"] + [cell(r, r["total_ms"]) for r in rows]) + " |")
+    ref = rows[0]
+    legend = []
+    for i, (r, t) in enumerate(zip(rows, traces), 1):
+        vs = ""
+        if i > 1 and r["batch"] and ref["batch"]:
+            vs = f"; total per sample {r['total_ms'] / r['batch'] / (ref['total_ms'] / ref['batch']):.3f}x trace 1's"
+        legend.append(f"{i}. {r['label']} ({r['steps']} steps{vs}): `{t}`")
+    return "\n".join(["GPU time by kernel class (kernels.py), per step and per training sample:", "", *out, "",
+                      *legend]) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="class_table.py", description=__doc__.split("\n")[0])
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="profiler traces; the first is the reference")
+    p.add_argument("--out", default=None, help="also write the table to this Markdown file")
+    args = p.parse_args(argv)
+    missing = [t for t in args.traces if not os.path.isfile(t)]
+    if missing:
+        print(f"class_table.py: error: no such trace: {missing[0]}", file=sys.stderr)
+        return 2
+    try:
+        rows = [classes_of(t, summarize.summarize_file(t), run_of(t)) for t in args.traces]
+    except (TableError, summarize.TraceError) as e:
+        print(f"class_table.py: error: {e}", file=sys.stderr)
+        return 1
+    text = markdown(rows, args.traces)
+    if args.out:
+        write_atomic(args.out, text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

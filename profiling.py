@@ -764,7 +764,7 @@ def draw_cycle(c, evidence):
 # Headline figures logged as Polyaxon outputs (scalars only; reasons and lists stay in run.json).
 OUTPUT_KEYS = ("profiled_step_ms", "gpu_idle_share", "input_gap_share", "gpu_work_ms_per_step",
                "gpu_span_ms_per_step", "cpu_step_ms", "cpu_runs_ahead", "unprofiled_step_ms", "profiler_distortion",
-               "profiler_distortion_se", "unprofiled_drift", "distortion_low", "distortion_high")
+               "profiler_distortion_se", "unprofiled_drift", "distortion_low", "distortion_high", "gpu_top_classes")
 
 
 def log_cycles(record, results):

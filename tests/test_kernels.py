@@ -270,3 +270,21 @@ def test_the_class_table_refuses_a_cpu_only_or_missing_trace_in_one_line(tmp_pat
     for args, rc, words in (([str(cpu)], 1, "no GPU kernels"), ([str(tmp_path / "none.json")], 2, "no such trace")):
         proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
         assert proc.returncode == rc and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_profile_run_logs_its_top_classes_as_outputs_for_compare_from_a_server():
+    """compare.py on a Polyaxon project reads outputs, not run.json: the top classes must be among them."""
+    import profiling
+
+    class Record:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+    evidence = {"profiled_step_ms": 2.6, "gpu_top_classes": "conv wgrad 22%, elementwise 22%, conv fwd 17%",
+                "verdict": {"sentence": "GPU compute holds the step", "stage": "GPU compute"}}
+    cycle = {"cycle": 1, "trace": "t", "operator_tables": {}, "evidence_json": "e", "evidence_txt": "x",
+             "step_wall_ms": {2: 2.6}, "evidence": dict(evidence)}
+    outputs = profiling.log_cycles(Record(), {"cycles": [cycle], "evidence": evidence})
+    assert outputs["gpu_top_classes"] == outputs["cycle1_gpu_top_classes"] == evidence["gpu_top_classes"]
+    record = __import__("compare").record_from("u", "profile-u", "2026-12-04T01:00:00", "succeeded",
+                                                {"mode": "profile"}, outputs, None)
+    assert record["gpu_top_classes"] == evidence["gpu_top_classes"]

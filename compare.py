@@ -58,6 +58,7 @@ import textwrap
 from datetime import datetime, timezone
 
 from ranks import sign_test_p
+from runinfo import recorded_file
 
 IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_detail"}
 # A profile run has no bench window: its evidence stands beside a group whatever the window's length.
@@ -133,22 +134,12 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
         "machine": machine, "facts_from": facts, "error": run_json.get("error") or failure_of(conditions),
         "window_restarts": outputs.get("epoch_restarts_in_window",
                                        (run_json.get("results") or {}).get("epoch_restarts_in_window")),
-        "pictures": [p for p in (local_file(c["picture"], base) for c in (run_json.get("results") or {})
+        "pictures": [p for p in (recorded_file(c["picture"], base) for c in (run_json.get("results") or {})
                                  .get("cycles") or [] if c.get("picture")) if p],
         # GPU time by kernel class (summarize.headline), recorded in run.json by profile runs that have it
         "gpu_top_classes": outputs.get("gpu_top_classes")
         or ((run_json.get("results") or {}).get("evidence") or {}).get("gpu_top_classes"),
     }
-
-
-def local_file(path, base):
-    """A file an offline run recorded, under its own folder when it was recorded on another machine."""
-    if base and not os.path.exists(path) and "/outputs/" in path:
-        path = os.path.join(base, "outputs", path.split("/outputs/", 1)[1])
-    if not os.path.exists(path):
-        return None
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
 
 
 def gather_offline(root):

@@ -683,7 +683,7 @@ def write_evidence(cycles, capture):
         c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
     head["distortion_sentence"] = account["distortion_sentence"]
     shown = [s for _, s in picked] if picked else [evidences[k]["window"] for k in chosen]
-    inputs = summarize._sum(shown, lambda p: p.get("input_cpu_us"))
+    inputs = summarize.sum_known(shown, lambda p: p.get("input_cpu_us"))
     head["input_cpu_share"] = inputs / sum(p["wall_us"] for p in shown) if inputs is not None else None
     head["verdict"] = headline_verdict(head, [evidences[k] for k in chosen], picked, capture.get("on"))
     print(f"profile: verdict: {head['verdict']['sentence']}", file=sys.stderr)

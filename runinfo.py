@@ -260,6 +260,17 @@ def comparable_facts(environment, budget):
 
 # --------------------------------------------------------------------------- files
 
+def recorded_file(path, base):
+    """A file an offline run recorded, found under the run's own folder base when the run was recorded on
+    another machine (its path ends in /outputs/...); relative when under the current folder; None if absent."""
+    if base and not os.path.exists(path) and "/outputs/" in path:
+        path = os.path.join(base, "outputs", path.split("/outputs/", 1)[1])
+    if not os.path.exists(path):
+        return None
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def write_atomic(path, data, replace=True):
     """Write bytes or text to path through a temp file and a rename: never a half-written file.
     replace=False: a file already at path is kept (a hard link, which fails where one exists)."""

@@ -785,7 +785,7 @@ def headline(evidences):
     pace = sum(w["pace_us"] for w in windows)
     idle = sum(w["gpu_idle_us"] for w in windows)
     out["gpu_idle_share"] = idle / pace if pace else None
-    gap = _sum(windows, lambda w: w["input_gap_us"])
+    gap = sum_known(windows, lambda w: w["input_gap_us"])
     if gap is None:
         out["null_reasons"]["input_gap_share"] = "; ".join(dict.fromkeys(
             (ev.get("input_source") or {}).get("null_reason") or NO_INPUT for ev in evidences))
@@ -866,7 +866,7 @@ def _pct(x):
     return f"{100 * x:.0f}%"
 
 
-def _sum(parts, get):
+def sum_known(parts, get):
     """The parts' total of a figure, or None when any part lacks it."""
     values = [get(p) for p in parts]
     return None if None in values else sum(values)
@@ -899,9 +899,9 @@ def verdict(evidences, parts=None):
     named = f"the input ({source})" if source and source != NEXT_BATCH else NEXT_BATCH
     has_scopes = all(set(SCOPES) <= set(ev.get("scopes_present", SCOPES)) for ev in evidences)
     wall = sum(p["wall_us"] for p in parts)
-    cpu = {"input": _sum(parts, lambda p: p.get("input_cpu_us", p["scopes_cpu_us"].get(NEXT_BATCH)))}
+    cpu = {"input": sum_known(parts, lambda p: p.get("input_cpu_us", p["scopes_cpu_us"].get(NEXT_BATCH)))}
     if has_scopes:
-        cpu.update({n: _sum(parts, lambda p: p["scopes_cpu_us"][n]) for n in HOST_SCOPES})
+        cpu.update({n: sum_known(parts, lambda p: p["scopes_cpu_us"][n]) for n in HOST_SCOPES})
     elif cpu["input"] is not None:
         cpu[OUTSIDE_SCOPES] = wall - cpu["input"]
     cpu = {k: v for k, v in cpu.items() if v is not None}
@@ -923,7 +923,7 @@ def verdict(evidences, parts=None):
         out["sentence"] = f"Cannot tell which stage holds the step: {'; '.join(dict.fromkeys(map(str, missing)))}."
         return out
     pace = sum(p["pace_us"] for p in parts)
-    gap = _sum(parts, lambda p: p.get("input_gap_us"))
+    gap = sum_known(parts, lambda p: p.get("input_gap_us"))
     comm = sum(p.get("gpu_comm_only_us") or 0.0 for p in parts)
     shares = {"busy": sum(p["gpu_busy_us"] for p in parts) / pace - comm / pace}
     if comm:

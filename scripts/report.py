@@ -20,6 +20,9 @@ import statistics
 import sys
 from datetime import datetime, timezone
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from runinfo import recorded_file  # noqa: E402
+
 # Settings that every run has; any other setting that is switched on is a candidate fix worth naming.
 BASE_SETTINGS = {"mode", "workers", "batch_size", "warmup_steps", "bench_steps", "data", "data_dir",
                  "device", "seed", "lr", "momentum", "weight_decay", "trace_format", "output_dir", "repeat",
@@ -120,14 +123,8 @@ def figure(r, key, fmt):
 
 
 def local_path(r, path):
-    """A file the run recorded, found under this root when it was recorded on another machine; short when
-    under the current folder."""
-    if not os.path.exists(path) and "/outputs/" in path:
-        path = os.path.join(r["base"], "outputs", path.split("/outputs/", 1)[1])
-    if not os.path.exists(path):
-        return f"{path} (missing)"
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
+    """A file the run recorded (runinfo.recorded_file), or its path marked missing."""
+    return recorded_file(path, r["base"]) or f"{path} (missing)"
 
 
 def trace_paths(r):

@@ -34,14 +34,18 @@ def run_of(trace):
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(trace))), "run.json")
     try:
         with open(path) as f:
-            return json.load(f)
+            run = json.load(f)
     except (OSError, ValueError):
         return {}
+    return run if isinstance(run, dict) else {}
 
 
 def classes_of(trace, evidence, run):
     """{"label", "batch", "steps", "ms": {class: ms per step}, "total_ms"} of one summarized trace."""
-    settings, env = run.get("settings") or {}, run.get("environment") or {}
+    settings, env = run.get("settings"), run.get("environment")
+    settings, env = (settings if isinstance(settings, dict) else {}), (env if isinstance(env, dict) else {})
+    batch = settings.get("batch_size")
+    batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None
     window = evidence["window"]
     kc, steps = window.get("kernel_classes"), window.get("steps")
     if not evidence.get("has_gpu") or not kc or not kc.get("busy_us") or not steps:
@@ -55,7 +59,7 @@ def classes_of(trace, evidence, run):
     machine += [f"{name} {str(env[k]).removeprefix('GPU-')[:8]}" for k, name in (("boot_id", "boot"), ("gpu_uuid", "GPU"))
                 if env.get(k)]
     label = ", ".join(varying) or os.path.basename(trace)
-    return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": settings.get("batch_size"),
+    return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": batch,
             "steps": steps, "ms": {c: v["us"] / steps / 1e3 for c, v in kc["classes"].items()},
             "total_ms": got / steps / 1e3}
 

@@ -110,7 +110,7 @@ def rows_of(runs):
             s.get("profile_detail") or "full", _f(run.get("study", 1), "d"), _f(s.get("repeat"), "d"), uuid[:8],
             machine_of(run),
             _ms(e.get("unprofiled_before_ms", e.get("unprofiled_step_ms")), e.get("unprofiled_before_sd_ms")),
-            _ms(e.get("unprofiled_after_ms"), e.get("unprofiled_after_sd_ms")), _f(e.get("unprofiled_drift"), ".2f"),
+            _ms(e.get("unprofiled_after_ms"), e.get("unprofiled_after_sd_ms")), _f(e.get("unprofiled_drift"), ".3f"),
             _f(e.get("profiled_step_ms"), ".2f"),
             _f(e.get("profiler_distortion"), ".3f") + interval + (" uncertain" if e.get("distortion_uncertain") else ""),
             _f(bench_ms, ".2f"), _f(ratio, ".3f"), "re-derived" if run.get("rederived") else "recorded", {True: "yes", False: "no", None: "n/a"}[held]])
@@ -128,13 +128,14 @@ def load_studies(roots, reevidence=None):
     return runs
 
 
-def markdown(roots, runs):
+def markdown(roots, runs, reevidence=None):
     rows, flags = rows_of(runs)
     if not rows:
         raise TableError(f"{' '.join(roots)} holds no finished profile run")
     devices = sorted({(run.get("environment") or {}).get("gpu") or run.get("device") or "?" for _, run in runs})
     out = [f"# The profiler's distortion against the bench: {' '.join(roots)}", "",
-           f"Device: {', '.join(devices)}. Made by `python scripts/distortion_table.py {' '.join(roots)}`.",
+           f"Device: {', '.join(devices)}. Made by `python scripts/distortion_table.py {' '.join(roots)}"
+           + (f" --reevidence {reevidence}" if reevidence else "") + "`.",
            "Studies: " + "; ".join(f"{i} = {root}" for i, root in enumerate(roots, 1)) + ".",
            "The interval covers the ratio against the unprofiled steps before and after the capture, each give or "
            "take its own sampling error (docs/EVIDENCE.md). `inside`: whether profiled/bench lies in it.", ""]
@@ -160,7 +161,7 @@ def main(argv=None):
         print(f"distortion_table.py: error: --reevidence {args.reevidence}: no such folder", file=sys.stderr)
         return 2
     try:
-        text = markdown(args.roots, load_studies(args.roots, args.reevidence))
+        text = markdown(args.roots, load_studies(args.roots, args.reevidence), args.reevidence)
     except TableError as e:
         print(f"distortion_table.py: error: {e}", file=sys.stderr)
         return 1

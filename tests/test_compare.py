@@ -285,8 +285,11 @@ def test_a_baseline_named_by_settings_survives_a_group_that_joins_later():
     result = compare.compare_records(runs, baseline="batch_size=128")
     first, second = table(result)["groups"]
     assert first["group"] == "batch_size=128, workers=0" and second["ratio"] == pytest.approx(20 / 2)
-    result = compare.compare_records(runs, baseline="batch_size=256, workers=4")
+    result = compare.compare_records(runs, baseline="workers=4, batch_size=256")  # not a label: settings
     assert table(result)["groups"][0]["group"] == "batch_size=256, workers=4"
+    off = study([1.0, 2.0], [3.0, 4.0], compile="default")  # groups: workers=0 (compile off), workers=4 + compile
+    assert table(compare.compare_records(off, baseline="compile=off"))["groups"][0]["group"] == "workers=0"
+    assert table(compare.compare_records(off, baseline="compile=default"))["groups"][0]["group"].endswith("workers=4")
     with pytest.raises(compare.CompareError, match="matches 2 groups"):
         compare.compare_records(study([1.0], [2.0]), baseline="batch_size=128")
     with pytest.raises(compare.CompareError, match="none of the groups"):

@@ -288,3 +288,21 @@ def test_a_profile_run_logs_its_top_classes_as_outputs_for_compare_from_a_server
     record = __import__("compare").record_from("u", "profile-u", "2026-12-04T01:00:00", "succeeded",
                                                 {"mode": "profile"}, outputs, None)
     assert record["gpu_top_classes"] == evidence["gpu_top_classes"]
+
+
+def test_the_class_table_stops_where_the_classes_do_not_sum_to_the_gpu_work(tmp_path):
+    """The guard behind every table: evidence whose classes miss part of the GPU work is refused, naming both
+    sums; a run.json that is not a record, or holds no usable batch size, leaves the batch unknown."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import class_table
+    evidence = {"has_gpu": True, "window": {"steps": 2, "gpu_work_us": 300.0, "kernel_classes": {
+        "busy_us": 300.0, "classes": {"batch-norm": {"us": 100.0}, "convolution forward": {"us": 150.0}}}}}
+    with pytest.raises(class_table.TableError, match="sum to 250.0 us but its steps launched 300.0 us"):
+        class_table.classes_of("t.json", evidence, {})
+    evidence["window"]["kernel_classes"]["classes"]["convolution forward"]["us"] = 200.0
+    for run in ({"settings": {"batch_size": "128"}}, {"settings": "x"}, {"settings": {"batch_size": True}}):
+        assert class_table.classes_of("t.json", evidence, run)["batch"] is None, run
+    assert class_table.classes_of("t.json", evidence, {"settings": {"batch_size": 64}})["batch"] == 64
+    (tmp_path / "outputs" / "traces").mkdir(parents=True)
+    (tmp_path / "outputs" / "run.json").write_text("[1, 2]")
+    assert class_table.run_of(str(tmp_path / "outputs" / "traces" / "t.json")) == {}

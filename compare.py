@@ -399,7 +399,13 @@ def compare_machine(machine, bench, varying, baseline, records, several):
         found = [labels.index(baseline)] if baseline in labels else baseline_groups(baseline, [groups[k] for k in ordered])
         if len(found) != 1:
             where = f" on {machine_label(machine)}" if several else ""
-            what = "is none of the groups" if not found else f"matches {len(found)} groups"
+            if found:
+                what = (f"matches {len(found)} groups (all their runs have {baseline}); name one by its label or "
+                        f"add the setting that tells them apart, e.g. '{baseline}, {varying[0]}=...'")
+            elif "=" not in baseline:
+                what = "is none of the groups (give a group's label or KEY=VALUE settings)"
+            else:
+                what = "is none of the groups"
             raise CompareError(f"--baseline {baseline!r} {what}{where}: {'; '.join(labels)}")
         ordered.insert(0, ordered.pop(found[0]))
     base = groups[ordered[0]]

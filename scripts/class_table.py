@@ -6,8 +6,8 @@ Each TRACE is a PyTorch profiler trace (.pt.trace.json[.gz]); the first is the r
 and trace: the GPU time a step launches, in ms, and per training sample, in us, where the batch size is known
 (from the run.json of the run that wrote the trace, in TRACE's folder's parent, which also names its machine;
 else per step only). A batch of
-1024 does 8x the work of one of 128, so per-sample time is what tells whether a class got cheaper. The last
-column is each later trace's total per sample over the reference's. The classes of each trace must sum to the
+1024 does 8x the work of one of 128, so per-sample time is what tells whether a class got cheaper: each later
+trace's cell gives its class's per-sample time over the reference's (per-step time where a batch is unknown). The classes of each trace must sum to the
 GPU work its steps launched (summarize.py's gpu_work_us, overlaps counted once); a trace where they do not
 stops the table (exit 1), as does a trace without GPU events.
 """
@@ -22,7 +22,8 @@ import kernels  # noqa: E402
 import summarize  # noqa: E402
 from runinfo import write_atomic  # noqa: E402
 
-LABEL_KEYS = ("batch_size", "compile", "amp", "cuda_graph", "channels_last", "workers", "gpu_input")
+LABEL_KEYS = ("batch_size", "compile", "amp", "cuda_graph", "channels_last", "fused_sgd", "cudnn_benchmark",
+              "workers", "gpu_input", "data", "scale_lr", "profile_detail")
 
 
 class TableError(Exception):
@@ -54,36 +55,44 @@ def classes_of(trace, evidence, run):
     if abs(got - window["gpu_work_us"]) > summarize.EPS_US * max(1, len(kc["classes"])):
         raise TableError(f"{trace}: the classes sum to {got:.1f} us but its steps launched "
                          f"{window['gpu_work_us']:.1f} us of GPU work")
-    varying = [f"{k}={settings[k]}" for k in LABEL_KEYS if settings.get(k) not in (None, False, "off")]
+    shown = [f"{k}={settings[k]}" for k in LABEL_KEYS if settings.get(k) not in (None, False, "off")]
     machine = [env["gpu"]] if env.get("gpu") else []
     machine += [f"{name} {str(env[k]).removeprefix('GPU-')[:8]}" for k, name in (("boot_id", "boot"), ("gpu_uuid", "GPU"))
                 if env.get(k)]
-    label = ", ".join(varying) or os.path.basename(trace)
+    label = ", ".join(shown) or os.path.basename(trace)
+    if batch is None:
+        label += " (no batch size: no run.json with one beside the trace)"
     return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": batch,
             "steps": steps, "ms": {c: v["us"] / steps / 1e3 for c, v in kc["classes"].items()},
             "total_ms": got / steps / 1e3}
 
 
 def markdown(rows, traces):
-    def cell(r, ms):
+    ref = rows[0]
+
+    def cell(r, ms, ref_ms):
         if ms is None:
             return "-"
-        return f"{ms:.3f}" + ("" if not r["batch"] else f" / {ms / r['batch'] * 1e3:.2f}")
-    header = ["class"] + [f"{i}: ms/step / us/sample" for i in range(1, len(rows) + 1)]
+        text = f"{ms:.3f}" + ("" if not r["batch"] else f"; {ms / r['batch'] * 1e3:.2f}")
+        if r is not ref and ref_ms:
+            per = (r["batch"], ref["batch"]) if r["batch"] and ref["batch"] else (1, 1)
+            text += f" ({ms / per[0] / (ref_ms / per[1]):.2f}x)"
+        return text
+    header = ["class"] + [f"{i}: ms per step; µs per sample" for i in range(1, len(rows) + 1)]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     present = [c for c in kernels.CLASSES if any(c in r["ms"] for r in rows)]
     for c in present:
-        out.append("| " + " | ".join([c] + [cell(r, r["ms"].get(c)) for r in rows]) + " |")
-    out.append("| " + " | ".join(["**total (GPU work a step launched)**"] + [cell(r, r["total_ms"]) for r in rows]) + " |")
-    ref = rows[0]
+        out.append("| " + " | ".join([c] + [cell(r, r["ms"].get(c), ref["ms"].get(c)) for r in rows]) + " |")
+    out.append("| " + " | ".join(["**total (GPU work a step launched)**"]
+                                 + [cell(r, r["total_ms"], ref["total_ms"]) for r in rows]) + " |")
     legend = []
     for i, (r, t) in enumerate(zip(rows, traces), 1):
         vs = ""
         if i > 1 and r["batch"] and ref["batch"]:
             vs = f"; total per sample {r['total_ms'] / r['batch'] / (ref['total_ms'] / ref['batch']):.3f}x trace 1's"
         legend.append(f"{i}. {r['label']} ({r['steps']} steps{vs}): `{t}`")
-    return "\n".join(["GPU time by kernel class (kernels.py), per step and per training sample:", "", *out, "",
-                      *legend]) + "\n"
+    return "\n".join(["GPU time by kernel class (kernels.py), per step and per training sample; (Nx): per sample "
+                      "(per step where a batch size is unknown) over trace 1's:", "", *out, "", *legend]) + "\n"
 
 
 def main(argv=None):
@@ -91,10 +100,11 @@ def main(argv=None):
     p.add_argument("traces", nargs="+", metavar="TRACE", help="profiler traces; the first is the reference")
     p.add_argument("--out", default=None, help="also write the table to this Markdown file")
     args = p.parse_args(argv)
-    missing = [t for t in args.traces if not os.path.isfile(t)]
-    if missing:
-        print(f"class_table.py: error: no such trace: {missing[0]}", file=sys.stderr)
-        return 2
+    for t in args.traces:
+        if not os.path.isfile(t):
+            why = "is a folder: give the trace files in it" if os.path.isdir(t) else "no such trace"
+            print(f"class_table.py: error: {t}: {why}", file=sys.stderr)
+            return 2
     try:
         rows = [classes_of(t, summarize.summarize_file(t), run_of(t)) for t in args.traces]
     except (TableError, summarize.TraceError) as e:

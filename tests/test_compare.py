@@ -290,7 +290,7 @@ def test_a_baseline_named_by_settings_survives_a_group_that_joins_later():
     off = study([1.0, 2.0], [3.0, 4.0], compile="default")  # groups: workers=0 (compile off), workers=4 + compile
     assert table(compare.compare_records(off, baseline="compile=off"))["groups"][0]["group"] == "workers=0"
     assert table(compare.compare_records(off, baseline="compile=default"))["groups"][0]["group"].endswith("workers=4")
-    with pytest.raises(compare.CompareError, match="matches 2 groups"):
+    with pytest.raises(compare.CompareError, match="matches 2 groups .all their runs have batch_size=128."):
         compare.compare_records(study([1.0], [2.0]), baseline="batch_size=128")
     with pytest.raises(compare.CompareError, match="none of the groups"):
         compare.compare_records(runs, baseline="batch_size=512")

@@ -254,20 +254,22 @@ def test_the_class_table_shows_each_class_per_step_and_per_sample_against_the_fi
     proc = subprocess.run([sys.executable, script, a, b, "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = {line.split("|")[1].strip(): line for line in out.read_text().splitlines() if line.startswith("| ")}
-    assert "| 0.100 / 0.78 | 0.200 / 0.39 |" in rows["convolution forward"]
-    assert "| 0.050 / 0.39 | 0.150 / 0.29 |" in rows["batch-norm"]
-    assert "| 0.150 / 1.17 | 0.350 / 0.68 |" in rows["**total (GPU work a step launched)**"]
+    assert "| 0.100; 0.78 | 0.200; 0.39 (0.50x) |" in rows["convolution forward"]
+    assert "| 0.050; 0.39 | 0.150; 0.29 (0.75x) |" in rows["batch-norm"]
+    assert "| 0.150; 1.17 | 0.350; 0.68 (0.58x) |" in rows["**total (GPU work a step launched)**"]
     assert "total per sample 0.583x trace 1's" in proc.stdout and "batch_size=512 on NVIDIA H200 (2 steps" in proc.stdout
     c = _class_trace(tmp_path / "c", None, 100.0, 50.0)  # no run.json: per step only
     proc = subprocess.run([sys.executable, script, a, c], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "| 0.100 / 0.78 | 0.100 |" in proc.stdout, proc.stdout
+    assert proc.returncode == 0 and "| 0.100; 0.78 | 0.100 (1.00x) |" in proc.stdout, proc.stdout
+    assert "(no batch size: no run.json with one beside the trace)" in proc.stdout
 
 
 def test_the_class_table_refuses_a_cpu_only_or_missing_trace_in_one_line(tmp_path):
     script = os.path.join(ROOT, "scripts", "class_table.py")
     cpu = tmp_path / "cpu.pt.trace.json"
     cpu.write_text(json.dumps({"traceEvents": [_ev("ProfilerStep#1", "user_annotation", 0.0, 10.0)]}))
-    for args, rc, words in (([str(cpu)], 1, "no GPU kernels"), ([str(tmp_path / "none.json")], 2, "no such trace")):
+    for args, rc, words in (([str(cpu)], 1, "no GPU kernels"), ([str(tmp_path / "none.json")], 2, "no such trace"),
+                            ([str(tmp_path)], 2, "is a folder: give the trace files in it")):
         proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
         assert proc.returncode == rc and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 

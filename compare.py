@@ -299,8 +299,9 @@ def machine_key(r):
 
 
 def short_id(value):
-    """The first 8 characters of an id ("GPU-" left off), or "no id" for runs recorded before the ids."""
-    return "no id" if value is None else str(value).removeprefix("GPU-")[:8]
+    """The first 8 characters of an id ("GPU-" left off), or "not recorded" (runs recorded before the ids, or
+    a machine without one)."""
+    return "not recorded" if value is None else str(value).removeprefix("GPU-")[:8]
 
 
 def machine_label(key):
@@ -309,7 +310,7 @@ def machine_label(key):
         return "unknown machine (runs without recorded facts)"
     cpus = "CPU budget not recorded" if m["cpu_budget"] is None else f"{m['cpu_budget']:g} CPUs"
     driver = "" if m["gpu"] == "cpu" else f", driver {m['driver'] or 'not recorded'}"
-    ids = f"machine {short_id(m['machine_id'])}, boot {short_id(m['boot_id'])}"
+    ids = f"machine id {short_id(m['machine_id'])}, boot id {short_id(m['boot_id'])}"
     if m["gpu"] != "cpu":
         ids += f", GPU {short_id(m['gpu_uuid'])}"
     return f"host {m['host']} ({ids}): {m['gpu']}{driver}, torch {m['torch']}, CUDA {m['cuda']}, {cpus}"

@@ -217,7 +217,7 @@ def test_runs_of_one_machine_id_pool_and_its_label_stays_short():
                                      + [rec(f"b{i}", i, 110.0, minute=2 * i + 1, env=ONE, workers=4) for i in range(6)])
     (t,) = result["tables"]
     assert groups(result)["workers=4"]["verdict"] == "faster"
-    assert t["machine_label"] == ("host vm (machine 3d1219c7, boot 5171a097, GPU 8c1a2b3d): NVIDIA H200, "
+    assert t["machine_label"] == ("host vm (machine id 3d1219c7, boot id 5171a097, GPU 8c1a2b3d): NVIDIA H200, "
                                   "driver 570.86.15, torch 2.11.0+cu130, CUDA 13.0, 4 CPUs")
 
 
@@ -226,7 +226,7 @@ def test_runs_with_and_without_machine_ids_are_never_pooled_silently():
     tell, named "not recorded"; older runs alone still compare on the hostname and the other facts."""
     old = study([100.0, 101.0], [200.0, 201.0])
     assert len(compare.compare_records(old)["tables"]) == 1
-    assert compare.machine_label(compare.machine_key(old[0])).startswith("host vm (machine no id, boot no id, GPU no id)")
+    assert compare.machine_label(compare.machine_key(old[0])).startswith("host vm (machine id not recorded, boot id not recorded, GPU not recorded)")
     new = [rec("n0", 0, 100.0, env=ONE)]
     with pytest.raises(compare.CompareError, match="machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, not recorded"):
         compare.compare_records(old + new)

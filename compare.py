@@ -649,11 +649,14 @@ def markdown_table(table, links_from=None):
                   "| unprofiled step ms | profiler distortion | median samples/s |\n|---|---|---|---|---|---|---|---|\n")
         for g in evidence:
             e = g["evidence"]
-            se = "" if e.get("profiler_distortion_se") is None else f" +/- {e['profiler_distortion_se']:.2f}"
+            se, digits = e.get("profiler_distortion_se"), 2
+            if se is not None and se < 0.005:
+                digits = 3  # graph replays: a steady pace, an error below what two decimals show
+            se = "" if se is None else f" +/- {se:.{digits}f}"
             out.write(f"| {g['group']} | {e['profile_detail']} | {fmt_share(e['gpu_idle_share'])} | "
                       f"{fmt_share(e['input_gap_share'])} | {e['profiled_step_ms']:.1f} | "
                       f"{fmt_opt(e.get('unprofiled_step_ms'), '{:.1f}')} | "
-                      f"{fmt_opt(e.get('profiler_distortion'), '{:.2f}x')}{se} | "
+                      f"{fmt_opt(e.get('profiler_distortion'), '{:.' + str(digits) + 'f}x')}{se} | "
                       f"{fmt_rate(g['median'])} |\n")
         for g in evidence:
             e = g["evidence"]

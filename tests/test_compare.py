@@ -322,6 +322,9 @@ def test_the_evidence_row_names_its_capture_and_the_profiler_s_distortion():
     text = compare.markdown(result)
     row = next(line for line in text.splitlines() if line.startswith("| workers=0 | lean |"))
     assert "| 90.0 | 9.9 | 1.58x +/- 0.16 |" in row
+    profile["outputs"].update(profiler_distortion=1.0441, profiler_distortion_se=0.0021)  # a graph replay's
+    text = compare.markdown(compare.compare_records(study([1.0, 2.0], [3.0, 4.0]) + [profile]))
+    assert "| 1.044x +/- 0.002 |" in text, "an error below 0.005 keeps three decimals, not +/- 0.00"
     rows = list(csv.DictReader(io.StringIO(compare.csv_text(result))))
     assert rows[0]["profile_detail"] == "lean" and float(rows[0]["profiler_distortion"]) == 1.578
     assert rows[1]["profile_detail"] == "" and rows[1]["profiler_distortion"] == ""

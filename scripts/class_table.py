@@ -1,6 +1,6 @@
 """Which kernel class a change shrank: GPU time by kernel class of several traces, side by side, as Markdown.
 
-    python scripts/class_table.py TRACE [TRACE...] [--out FILE.md]
+    python scripts/class_table.py TRACE [TRACE...] [--out FILE.md] [--png FILE.png]
 
 Each TRACE is a PyTorch profiler trace (.pt.trace.json[.gz]); the first is the reference. Per class (kernels.py)
 and trace: the GPU time a step launches, in ms, and per training sample, in us, where the batch size is known
@@ -9,7 +9,8 @@ else per step only). A batch of
 1024 does 8x the work of one of 128, so per-sample time is what tells whether a class got cheaper: each later
 trace's cell gives its class's per-sample time over the reference's (per-step time where a batch is unknown). The classes of each trace must sum to the
 GPU work its steps launched (summarize.py's gpu_work_us, overlaps counted once); a trace where they do not
-stops the table (exit 1), as does a trace without GPU events.
+stops the table (exit 1), as does a trace without GPU events. --png draws the same figures as one stacked bar a
+trace (per sample where every trace's batch size is known, else per step), each class a colour.
 """
 import argparse
 import json
@@ -62,7 +63,7 @@ def classes_of(trace, evidence, run):
     label = ", ".join(shown) or os.path.basename(trace)
     if batch is None:
         label += " (no batch size: no run.json with one beside the trace)"
-    return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": batch,
+    return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": batch, "settings": settings,
             "steps": steps, "ms": {c: v["us"] / steps / 1e3 for c, v in kc["classes"].items()},
             "total_ms": got / steps / 1e3}
 
@@ -95,15 +96,64 @@ def markdown(rows, traces):
                       "(per step where a batch size is unknown) over trace 1's:", "", *out, "", *legend]) + "\n"
 
 
+# One colour per class, in kernels.CLASSES' order (the convolutions in blues, the small kernels in warm colours).
+COLOURS = ["#08519c", "#3182bd", "#6baed6", "#9ecae1", "#e6550d", "#fd8d3c", "#fdd0a2", "#31a354", "#969696",
+           "#756bb1", "#d9d9d9"]
+
+
+def picture(rows, path):
+    """One horizontal stacked bar a trace: its classes' GPU time per sample (per step if a batch is unknown).
+    Written to a temp file and renamed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    per_sample = all(r["batch"] for r in rows)
+    scale = [1e3 / r["batch"] if per_sample else 1.0 for r in rows]
+    unit = "µs per training sample" if per_sample else "ms per step"
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(rows)))
+    differ = [k for k in LABEL_KEYS if len({json.dumps(r["settings"].get(k)) for r in rows}) > 1]
+    names = [f"{i}. " + (", ".join(f"{k}={r['settings'].get(k)}" for k in differ) or r["label"])[:100]
+             for i, r in enumerate(rows, 1)]
+    y = list(range(len(rows)))[::-1]
+    for cls, colour in zip(kernels.CLASSES, COLOURS):
+        if not any(cls in r["ms"] for r in rows):
+            continue
+        left = [sum(r["ms"].get(c, 0.0) for c in kernels.CLASSES[:kernels.CLASSES.index(cls)]) * k
+                for r, k in zip(rows, scale)]
+        ax.barh(y, [r["ms"].get(cls, 0.0) * k for r, k in zip(rows, scale)], left=left, color=colour,
+                label=kernels.SHORT.get(cls, cls), height=0.6)
+    for yi, r, k in zip(y, rows, scale):
+        ax.text(r["total_ms"] * k, yi, f" {r['total_ms'] * k:.2f}", va="center", fontsize=8)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xlabel(f"GPU time by kernel class, {unit}")
+    ax.set_xlim(0, max(r["total_ms"] * k for r, k in zip(rows, scale)) * 1.12)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / len(rows)), ncol=6, fontsize=8, frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".partial-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="class_table.py", description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", metavar="TRACE", help="profiler traces; the first is the reference")
     p.add_argument("--out", default=None, help="also write the table to this Markdown file")
+    p.add_argument("--png", default=None, help="also draw the classes as stacked bars into this PNG")
     args = p.parse_args(argv)
     for t in args.traces:
         if not os.path.isfile(t):
             why = "is a folder: give the trace files in it" if os.path.isdir(t) else "no such trace"
             print(f"class_table.py: error: {t}: {why}", file=sys.stderr)
+            return 2
+    for path in (args.out, args.png):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            print(f"class_table.py: error: {path}: its folder does not exist", file=sys.stderr)
             return 2
     try:
         rows = [classes_of(t, summarize.summarize_file(t), run_of(t)) for t in args.traces]
@@ -113,6 +163,8 @@ def main(argv=None):
     text = markdown(rows, args.traces)
     if args.out:
         write_atomic(args.out, text)
+    if args.png:
+        picture(rows, args.png)
     print(text, end="")
     return 0
 

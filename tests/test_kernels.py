@@ -258,6 +258,13 @@ def test_the_class_table_shows_each_class_per_step_and_per_sample_against_the_fi
     assert "| 0.050; 0.39 | 0.150; 0.29 (0.75x) |" in rows["batch-norm"]
     assert "| 0.150; 1.17 | 0.350; 0.68 (0.58x) |" in rows["**total (GPU work a step launched)**"]
     assert "total per sample 0.583x trace 1's" in proc.stdout and "batch_size=512 on NVIDIA H200 (2 steps" in proc.stdout
+    png = tmp_path / "classes.png"
+    proc = subprocess.run([sys.executable, script, a, b, "--png", str(png)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", proc.stderr
+    assert not glob.glob(str(tmp_path / ".partial-*"))
+    proc = subprocess.run([sys.executable, script, a, "--png", str(tmp_path / "no" / "x.png")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "its folder does not exist" in proc.stderr and proc.stderr.count("\n") == 1
     c = _class_trace(tmp_path / "c", None, 100.0, 50.0)  # no run.json: per step only
     proc = subprocess.run([sys.executable, script, a, c], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "| 0.100; 0.78 | 0.100 (1.00x) |" in proc.stdout, proc.stdout

@@ -397,7 +397,8 @@ def compare_machine(machine, bench, varying, baseline, records, several):
     ordered = sorted(groups, key=order_key)
     if baseline is not None:
         labels = [label(k) for k in ordered]
-        found = [labels.index(baseline)] if baseline in labels else baseline_groups(baseline, [groups[k] for k in ordered])
+        found = ([labels.index(baseline)] if baseline in labels
+                 else baseline_groups(baseline, [groups[k] for k in ordered]))
         if len(found) != 1:
             where = f" on {machine_label(machine)}" if several else ""
             if found:
@@ -836,7 +837,9 @@ def main(argv=None):
     src.add_argument("--offline", metavar="PATH", help="a folder of offline runs (POLYAXON_OFFLINE_ROOT)")
     src.add_argument("-p", "--project", help="a Polyaxon project ([owner/]name)")
     p.add_argument("-q", "--query", default=None, help="Polyaxon query to select runs, e.g. 'tags:study1'")
-    p.add_argument("--baseline", default=None, help="group to compare against, by its label or by settings only it has, e.g. workers=4 (default: the first)")
+    p.add_argument("--baseline", default=None,
+                   help="group to compare against, by its label or by settings only it has, e.g. workers=4 "
+                        "(default: the first)")
     p.add_argument("--per-host", action="store_true",
                    help="runs of several machines (host, GPU, driver, torch, CUDA, CPU budget): one table per "
                         "machine (default: refuse to pool them)")

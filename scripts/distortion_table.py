@@ -5,9 +5,9 @@
 ROOT is an offline root (ROOT/runs/<uuid>/outputs/run.json), one study; several roots make one table, each
 profile run paired only within its own root (the "study" column). Per configuration, capture (--profile-detail)
 and repeat: the unprofiled steps' mean before and after the capture (and their standard deviations), the
-profiled step, the distortion and its 95% interval (docs/EVIDENCE.md), the bench step of the same repeat
-and configuration on the same machine (boot id and GPU UUID; its window's seconds over its steps), profiled step / bench step, and whether that
-lies inside the interval. A line per configuration counts how often it did. The table goes to FILE.md
+profiled step, the distortion and its 95% interval (docs/EVIDENCE.md), the bench step of the same study,
+repeat and configuration on the same machine (boot id and GPU UUID; its window's seconds over its steps),
+profiled step / bench step, and whether that lies inside the interval. A line per configuration counts how often it did. The table goes to FILE.md
 (default: the first ROOT's distortion.md), written whole or not at all, and to stdout.
 """
 import argparse
@@ -20,8 +20,8 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]  # the repository root, and report.
 import report  # noqa: E402
 from runinfo import write_atomic  # noqa: E402
 
-HEADER = ["capture", "study", "repeat", "run", "machine", "unprofiled before ms (sd)", "unprofiled after ms (sd)", "after/before",
-          "profiled step ms", "distortion (95% interval)", "bench step ms", "profiled/bench", "evidence", "inside"]
+HEADER = ["capture", "study", "repeat", "run", "machine", "unprofiled before ms (sd)", "unprofiled after ms (sd)",
+          "after/before", "profiled step ms", "distortion (95% interval)", "bench step ms", "profiled/bench", "evidence", "inside"]
 
 
 class TableError(Exception):

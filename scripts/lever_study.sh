@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The levers past GPU-bound, on one GPU machine: bench jobs of a baseline and its levers in alternating
-# rounds (round 1: base l1 l2 ..., round 2: base l1 l2 ...), more rounds for the levers that matter most,
+# The levers past GPU-bound, on one GPU machine: bench jobs of a baseline and its levers in rounds whose
+# order turns by one each round (round 1: base l1 l2, round 2: l1 l2 base, round 3: l2 base l1, ...: no
+# configuration always runs first), more rounds for the levers that matter most,
 # then one lean profile job per configuration (its kernel classes say what shrank), then compare.py.
 #
 #   scripts/lever_study.sh ROOT ROUNDS MORE [--out DIR] [--baseline LABEL] [-- train.py flags...]
@@ -44,13 +45,23 @@ n=$(find "$root/logs" -name '*.log' | wc -l) failed=0  # a later call in one ROO
 # shellcheck source=scripts/jobs.sh
 source scripts/jobs.sh  # job MODE REPEAT|- CONFIG [flags...]: one train.py process, its output in ROOT/logs
 
+turned() {  # turned K ITEMS...: the items, one a line, starting at item K (mod their count)
+  local k=$1 i; shift
+  for ((i = 0; i < $#; i++)); do
+    local at=$(( (k + i) % $# + 1 ))
+    printf '%s\n' "${!at}"
+  done
+}
 round=$first
 for _ in $(seq 1 "$rounds"); do
-  for c in "${configs[@]}"; do job bench "$round" "$c"; done
+  mapfile -t order < <(turned $((round - 1)) "${configs[@]}")
+  for c in "${order[@]}"; do job bench "$round" "$c"; done
   round=$((round + 1))
 done
 for _ in $(seq 1 "$more"); do
-  for c in "${more_configs[@]}"; do job bench "$round" "$c"; done
+  [ ${#more_configs[@]} -gt 0 ] || break
+  mapfile -t order < <(turned $((round - 1)) "${more_configs[@]}")
+  for c in "${order[@]}"; do job bench "$round" "$c"; done
   round=$((round + 1))
 done
 if [ "${PROFILE:-1}" = 1 ]; then

@@ -596,3 +596,21 @@ def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, 
     assert images, f"no image event under {store}: {list(os.walk(store))}"
     lineage = sandbox.cli("ops", "get", "-p", "cmp", "-uid", run.uuid, "-o", "json")
     assert run.uuid in lineage.stdout
+
+
+def test_the_lever_study_turns_its_order_each_round(tmp_path):
+    """scripts/lever_study.sh with a stand-in Python that only logs its arguments: round 1 runs a b c, round 2
+    b c a, round 3 c a b, then MORE rounds of the MORE_CONFIGS turn on; every job carries its round."""
+    stub = tmp_path / "py"
+    stub.write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path}/calls\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PY": str(stub), "PIN": "", "PROFILE": "0",
+           "CONFIGS": "--seed 1;--seed 2;--seed 3", "MORE_CONFIGS": "--seed 1;--seed 3"}
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "lever_study.sh"), str(tmp_path / "root"), "3", "2"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    jobs = [(c.split("--seed ")[1].split()[0], c.split("--repeat ")[1].split()[0]) for c in calls if "train.py" in c]
+    assert jobs == [("1", "1"), ("2", "1"), ("3", "1"), ("2", "2"), ("3", "2"), ("1", "2"),
+                    ("3", "3"), ("1", "3"), ("2", "3"), ("3", "4"), ("1", "4"), ("1", "5"), ("3", "5")], jobs
+    assert calls[-1].startswith("compare.py --offline")

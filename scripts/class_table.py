@@ -3,14 +3,14 @@
     python scripts/class_table.py TRACE [TRACE...] [--out FILE.md] [--png FILE.png]
 
 Each TRACE is a PyTorch profiler trace (.pt.trace.json[.gz]); the first is the reference. Per class (kernels.py)
-and trace: the GPU time a step launches, in ms, and per training sample, in us, where the batch size is known
+and trace: the GPU time a step launches, in ms, and per training sample, in µs, where the batch size is known
 (from the run.json of the run that wrote the trace, in TRACE's folder's parent, which also names its machine;
-else per step only). A batch of
-1024 does 8x the work of one of 128, so per-sample time is what tells whether a class got cheaper: each later
-trace's cell gives its class's per-sample time over the reference's (per-step time where a batch is unknown). The classes of each trace must sum to the
-GPU work its steps launched (summarize.py's gpu_work_us, overlaps counted once); a trace where they do not
-stops the table (exit 1), as does a trace without GPU events. --png draws the same figures as one stacked bar a
-trace (per sample where every trace's batch size is known, else per step), each class a colour.
+else per step only). A batch of 1024 does 8x the work of one of 128, so per-sample time is what tells whether
+a class got cheaper: each later trace's cell gives its class's per-sample time over the reference's (per-step
+time where a batch size is unknown). The classes of each trace must sum to the GPU work its steps launched
+(summarize.py's gpu_work_us, overlaps counted once); a trace where they do not stops the table (exit 1), as
+does a trace without GPU events. --png draws the same figures as one stacked bar a trace (per sample where
+every trace's batch size is known, else per step), each class a colour.
 """
 import argparse
 import json

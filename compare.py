@@ -659,6 +659,9 @@ def markdown_table(table, links_from=None):
                       f"{fmt_opt(e.get('unprofiled_step_ms'), '{:.1f}')} | "
                       f"{fmt_opt(e.get('profiler_distortion'), '{:.' + str(digits) + 'f}x')}{se} | "
                       f"{fmt_rate(g['median'])} |\n")
+        without = [g["group"] for g in table["groups"] if not g["evidence"]]
+        if without:
+            out.write(f"\nNo profile run of the same settings on this machine: {'; '.join(without)}.\n")
         for g in evidence:
             e = g["evidence"]
             if e.get("verdict") or e.get("pictures"):

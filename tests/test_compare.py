@@ -311,6 +311,7 @@ def test_profile_failed_and_inputless_runs_are_left_out_and_named():
     assert sum(g["n"] for g in table(result)["groups"]) == 6
     assert table(result)["groups"][0]["evidence"]["uuid"] == "p0", "the matching profile run's evidence sits beside"
     assert table(result)["groups"][1]["evidence"] is None
+    assert "No profile run of the same settings on this machine: workers=4." in compare.markdown(result)
 
 
 def test_the_evidence_row_names_its_capture_and_the_profiler_s_distortion():

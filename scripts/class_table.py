@@ -13,6 +13,7 @@ does a trace without GPU events. --png draws the same figures as one stacked bar
 every trace's batch size is known, else per step), each class a colour.
 """
 import argparse
+import io
 import json
 import os
 import sys
@@ -103,7 +104,7 @@ COLOURS = ["#08519c", "#3182bd", "#6baed6", "#9ecae1", "#e6550d", "#fd8d3c", "#f
 
 def picture(rows, path):
     """One horizontal stacked bar a trace: its classes' GPU time per sample (per step if a batch is unknown).
-    Written to a temp file and renamed."""
+    Written through write_atomic (a temp file and a rename)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -130,14 +131,12 @@ def picture(rows, path):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / len(rows)), ncol=6, fontsize=8, frameon=False)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".partial-{os.getpid()}-{os.path.basename(path)}")
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
-        os.replace(tmp, path)
+        fig.savefig(png, dpi=110, format="png", bbox_inches="tight")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_atomic(path, png.getvalue())
 
 
 def main(argv=None):

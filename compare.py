@@ -269,10 +269,14 @@ def pair_runs(base_runs, runs):
 
 # --------------------------------------------------------------------------- grouping
 
+OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
+
+
 def setting(r, k):
-    """A setting's value for grouping: switched off (False, "off", or absent in older runs) is one value."""
+    """A setting's value for grouping: switched off (False, "off", 0 where it means off, or absent in older
+    runs) is one value."""
     v = r["settings"].get(k)
-    return None if v is False or v == "off" else v
+    return None if v is False or v == "off" or (k in OFF_AT_ZERO and v == 0) else v
 
 
 def baseline_groups(baseline, groups):

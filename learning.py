@@ -17,13 +17,38 @@ def learning_rate(args, world_size):
 
     --scale-lr: the linear scaling rule, lr x global batch / 128, where the global batch is --batch-size
     on every rank together (DDP averages the ranks' gradients, so one optimizer step sees all of them).
+    --lr-warmup-steps N: the first N steps (warm-up steps first, then profiled or timed ones) ramp the rate,
+    step k at effective_lr x k / N; ramp_steps_after_warm_up says how many of them fall after the warm-up.
     """
     global_batch = args.batch_size * world_size
     effective = args.lr * global_batch / REFERENCE_BATCH if args.scale_lr else args.lr
     rule = (f"linear scaling: {args.lr:g} x {global_batch} / {REFERENCE_BATCH}" if args.scale_lr
             else "as given by --lr")
+    ramp = args.lr_warmup_steps
     return {"lr": args.lr, "scale_lr": args.scale_lr, "global_batch": global_batch,
-            "reference_batch": REFERENCE_BATCH, "effective_lr": effective, "rule": rule}
+            "reference_batch": REFERENCE_BATCH, "effective_lr": effective, "rule": rule,
+            "warmup_steps": ramp, "ramp_steps_after_warm_up": max(0, ramp - args.warmup_steps),
+            "warmup": f"linear: step k of the first {ramp} at effective_lr x k / {ramp}" if ramp else None}
+
+
+def ramped(step, optimizer, lr, steps):
+    """--lr-warmup-steps: the step, with every parameter group's rate set to lr x k / steps before its k-th call
+    for k <= steps, then left at lr. A plain float in the optimizer's groups: no device work, no sync.
+    A captured step (--cuda-graph) keeps the rate of its capture: settings.py makes the ramp end before it.
+    """
+    if not steps:
+        return step
+    calls = 0
+
+    def step_with_rate():
+        nonlocal calls
+        if calls < steps:
+            calls += 1
+            for group in optimizer.param_groups:
+                group["lr"] = lr * calls / steps
+        return step()
+
+    return step_with_rate
 
 
 class LossCurve:

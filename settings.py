@@ -67,6 +67,10 @@ def build_parser():
     p.add_argument("--scale-lr", action="store_true",
                    help=f"the linear scaling rule: lr x global batch / {REFERENCE_BATCH} (global batch: "
                         f"--batch-size x the DDP world size) (default: off, lr as given)")
+    p.add_argument("--lr-warmup-steps", type=non_negative_int, default=0,
+                   help="ramp the learning rate linearly over the first N training steps, step k at "
+                        "lr x k / N (gradual warm-up, for large batches with --scale-lr); with --cuda-graph "
+                        "the ramp must end inside the warm-up, N < --warmup-steps (default: 0, no ramp)")
     p.add_argument("--momentum", type=non_negative_float, default=0.9, help="SGD momentum (default: 0.9)")
     p.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="SGD weight decay (default: 5e-4)")
     p.add_argument("--profile-detail", choices=sorted(profiling.DETAIL), default="full",
@@ -97,5 +101,9 @@ def parse_settings(argv=None):
         parser.error(f"argument --batch-size: {args.batch_size} is more than the {args.data} set's "
                      f"{SYNTHETIC_SIZE} images (one step would need more than the whole set)")
     options.check(args, parser.error)
+    if args.cuda_graph and args.lr_warmup_steps >= max(args.warmup_steps, 1):
+        parser.error(f"argument --lr-warmup-steps: with --cuda-graph the captured step keeps the rate it was "
+                     f"captured with, so the ramp must end in the warm-up's eager steps: give "
+                     f"--lr-warmup-steps < --warmup-steps ({args.warmup_steps}), not {args.lr_warmup_steps}")
     distributed.check(args, parser.error)
     return args

@@ -168,6 +168,7 @@ def build_step(torch, batches, device, args, world, lr):
         prefetcher = PrefetchToDevice(torch, device, next(batches))
     step = make_step(world.slowed(batches, args), model, criterion, optimizer,
                      options.to_device_fn(torch, device, args, prefetcher), autocast)
+    step = learning.ramped(step, optimizer, lr, args.lr_warmup_steps)  # --lr-warmup-steps; else step itself
     if not args.cuda_graph:
         return step
     from speedups.cuda_graph import CapturedStep

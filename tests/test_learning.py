@@ -233,3 +233,52 @@ def test_a_captured_step_s_loss_is_copied_at_every_replay(tmp_path):
     r = read_json(os.path.join(out, "run.json"))["results"]
     assert len(set(r["window_losses"])) > 90, "the captured loss was read once, not copied at each replay"
     assert r["loss_final"] < 0.5 * r["loss_first"], r["window_losses"]
+
+
+def test_lr_warm_up_ramps_the_rate_then_holds_it():
+    """--lr-warmup-steps 4: the k-th step runs at lr x k / 4 for k <= 4, then at lr; run.json says so."""
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=0.8)
+    seen = []
+    step = learning.ramped(lambda: seen.append([g["lr"] for g in optimizer.param_groups]), optimizer, 0.8, 4)
+    for _ in range(6):
+        step()
+    assert seen == [[pytest.approx(0.8 * k / 4)] * 2 for k in (1, 2, 3, 4)] + [[0.8, 0.8]] * 2, seen
+    plain = lambda: None  # noqa: E731
+    assert learning.ramped(plain, optimizer, 0.8, 0) is plain, "no ramp: the step itself, nothing wrapped"
+    args = parse_settings(["--mode", "bench", "--batch-size", "1024", "--scale-lr", "--warmup-steps", "50",
+                           "--lr-warmup-steps", "80"])
+    rate = learning.learning_rate(args, 1)
+    assert rate["warmup_steps"] == 80 and rate["ramp_steps_after_warm_up"] == 30 and "x k / 80" in rate["warmup"]
+    assert learning.learning_rate(parse_settings(["--mode", "bench"]), 1)["warmup"] is None
+
+
+def test_a_ramp_the_captured_step_would_freeze_exits_2_in_one_line(tmp_path):
+    """--cuda-graph captures the rate of its capture: a ramp that outlasts the eager warm-up is refused."""
+    flags = ["--mode", "bench", "--gpu-input", "--cuda-graph", "--warmup-steps", "20", "--lr-warmup-steps"]
+    proc = run_train([*flags, "20"], tmp_path / "offline", timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "--lr-warmup-steps < --warmup-steps (20)" in lines[0], proc.stderr
+    assert not (tmp_path / "offline").exists()
+    assert parse_settings([*flags, "19"]).lr_warmup_steps == 19
+
+
+def test_a_real_run_ramps_its_rate(tmp_path):
+    """A CPU bench run with --lr-warmup-steps 5 after 1 warm-up step: run.json records the ramp, its full rate,
+    and the 4 ramp steps that fell inside the timed window."""
+    proc = run_train([*LEARNING, "--lr-warmup-steps", "5"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: "):]
+    record = read_json(os.path.join(out, "run.json"))
+    assert record["settings"]["lr_warmup_steps"] == 5
+    assert record["learning_rate"]["ramp_steps_after_warm_up"] == 4 and record["learning_rate"]["effective_lr"] == 0.025
+
+
+def test_compare_reads_no_ramp_as_the_older_runs_absent_setting():
+    """lr_warmup_steps 0 and a run recorded before the flag existed are one group, not two."""
+    old, new = rec("a", 1, 1.0), rec("b", 2, 1.0)
+    new["settings"]["lr_warmup_steps"] = 0
+    assert compare.setting(old, "lr_warmup_steps") is None and compare.setting(new, "lr_warmup_steps") is None
+    ramped_rec = rec("c", 3, 1.0)
+    ramped_rec["settings"]["lr_warmup_steps"] = 50
+    assert compare.setting(ramped_rec, "lr_warmup_steps") == 50

@@ -26,6 +26,8 @@ DOCUMENTED = [
      "cuda_graph": True, "compile": "max-autotune-no-cudagraphs"},
     {"mode": "bench", "data": "learnable", "lr": 0.0},
     {"mode": "bench", "data": "learnable", "lr": 0.05},
+    {"mode": "bench", "data": "learnable", "batch_size": 1024, "scale_lr": True, "warmup_steps": 100,
+     "lr_warmup_steps": 80, "gpu_input": True, "cuda_graph": True},
 ]
 
 
@@ -40,7 +42,7 @@ def test_resolved_command_parses_into_the_same_settings(params):
     assert script.startswith("set -eu\n")
     settings = parse_settings(train_argv(script))
     expected = {"workers": 0, "batch_size": 128, "warmup_steps": 20, "bench_steps": 100, "data": "cifar10",
-                "seed": 0, "lr": 0.1, "scale_lr": False, "device": "cuda", "repeat": None, "trace_format": "json.gz", "profile_detail": "full",
+                "seed": 0, "lr": 0.1, "scale_lr": False, "lr_warmup_steps": 0, "device": "cuda", "repeat": None, "trace_format": "json.gz", "profile_detail": "full",
                 "amp": "off", "compile": "off",
                 "persistent_workers": False, "prefetch_factor": None, "prefetch_stream": False,
                 "gpu_input": False, "channels_last": False, "fused_sgd": False, "cuda_graph": False,
@@ -88,6 +90,7 @@ def test_runtime_install_and_inventory_then_exec():
     ("data=imagenet", "must be one of the values"),
     ("lr=-0.1", "lr"),
     ("lr=abc", "Cannot convert value `abc`"),
+    ("lr_warmup_steps=-5", "lr_warmup_steps"),
     ("profile_detail=minimal", "must be one of the values"),
 ])
 def test_polyaxon_check_refuses_bad_params(param, message):

@@ -55,7 +55,8 @@ def parse_torchrun(argv):
       "profile_detail": "lean"}, 2, 1),
     ({"mode": "bench", "replicas": 0, "gpu_input": True, "compile": "default", "amp": "bf16"}, 1, 1),
     ({"mode": "bench", "replicas": 1, "data": "learnable", "lr": 0.2, "scale_lr": True}, 2, 1),
-], ids=["defaults", "4x2", "straggler", "master-only", "learning-check"])
+    ({"mode": "bench", "replicas": 1, "data": "learnable", "scale_lr": True, "lr_warmup_steps": 30}, 2, 1),
+], ids=["defaults", "4x2", "straggler", "master-only", "learning-check", "lr-warm-up"])
 def test_each_replica_runs_torchrun_then_train_py_with_ddp(params, nnodes, nproc, monkeypatch):
     """torchrun's own parser reads the resolved command: nnodes = replicas + 1, node rank = the pod's RANK,
     the master's address and port; train.py's parser reads the rest as the -P values, with --ddp."""
@@ -73,7 +74,7 @@ def test_each_replica_runs_torchrun_then_train_py_with_ddp(params, nnodes, nproc
         settings = parse_train(launch.training_script_args, nnodes * nproc, monkeypatch)
         expected = {"ddp": True, "workers": 0, "batch_size": 128, "device": "cuda", "slow_rank": None,
                     "slow_input_ms": 0.0, "ddp_backend": "auto", "profile_detail": "full", "lr": 0.1,
-                    "scale_lr": False, **params}
+                    "scale_lr": False, "lr_warmup_steps": 0, **params}
         for key, value in expected.items():
             if key in ("replicas", "nproc_per_node"):
                 continue

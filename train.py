@@ -14,7 +14,7 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     # no network: a CIFAR-shaped synthetic set through the same PIL transforms
     python train.py --mode bench --workers 4 --data synthetic
     # the learning check: each class its own tint, so the loss must fall (loss_first -> loss_final)
-    python train.py --mode bench --workers 4 --data learnable --batch-size 512 --scale-lr
+    python train.py --mode bench --workers 4 --data learnable --batch-size 512 --scale-lr --lr-warmup-steps 10
     # the candidate fixes (speedups/): e.g. the whole step as CUDA graphs, bf16, NHWC, fused kernels
     python train.py --mode bench --gpu-input --cuda-graph --compile default --cudnn-benchmark \
         --channels-last --amp bf16 --fused-sgd

@@ -25,7 +25,14 @@ import summarize  # noqa: E402
 from runinfo import write_atomic  # noqa: E402
 
 LABEL_KEYS = ("batch_size", "compile", "amp", "cuda_graph", "channels_last", "fused_sgd", "cudnn_benchmark",
-              "workers", "gpu_input", "data", "scale_lr", "profile_detail")
+              "workers", "gpu_input", "data", "scale_lr", "lr_warmup_steps", "profile_detail")
+
+
+ABSENT = {"lr_warmup_steps": 0}  # runs recorded before the flag existed ran without a ramp
+
+
+def value(settings, key):
+    return settings.get(key, ABSENT.get(key))
 
 
 class TableError(Exception):
@@ -57,7 +64,7 @@ def classes_of(trace, evidence, run):
     if abs(got - window["gpu_work_us"]) > summarize.EPS_US * max(1, len(kc["classes"])):
         raise TableError(f"{trace}: the classes sum to {got:.1f} us but its steps launched "
                          f"{window['gpu_work_us']:.1f} us of GPU work")
-    shown = [f"{k}={settings[k]}" for k in LABEL_KEYS if settings.get(k) not in (None, False, "off")]
+    shown = [f"{k}={settings[k]}" for k in LABEL_KEYS if settings.get(k) not in (None, False, "off", ABSENT.get(k))]
     machine = [env["gpu"]] if env.get("gpu") else []
     machine += [f"{name} {str(env[k]).removeprefix('GPU-')[:8]}" for k, name in (("boot_id", "boot"), ("gpu_uuid", "GPU"))
                 if env.get(k)]
@@ -65,6 +72,7 @@ def classes_of(trace, evidence, run):
     if batch is None:
         label += " (no batch size: no run.json with one beside the trace)"
     return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": batch, "settings": settings,
+            "machine": ", ".join(machine[1:]),
             "steps": steps, "ms": {c: v["us"] / steps / 1e3 for c, v in kc["classes"].items()},
             "total_ms": got / steps / 1e3}
 
@@ -112,9 +120,7 @@ def picture(rows, path):
     scale = [1e3 / r["batch"] if per_sample else 1.0 for r in rows]
     unit = "µs per training sample" if per_sample else "ms per step"
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(rows)))
-    differ = [k for k in LABEL_KEYS if len({json.dumps(r["settings"].get(k)) for r in rows}) > 1]
-    names = [f"{i}. " + (", ".join(f"{k}={r['settings'].get(k)}" for k in differ) or r["label"])[:100]
-             for i, r in enumerate(rows, 1)]
+    names = bar_names(rows)
     y = list(range(len(rows)))[::-1]
     for cls, colour in zip(kernels.CLASSES, COLOURS):
         if not any(cls in r["ms"] for r in rows):
@@ -137,6 +143,15 @@ def picture(rows, path):
     finally:
         plt.close(fig)
     write_atomic(path, png.getvalue())
+
+
+def bar_names(rows):
+    """One short name a bar: the settings that differ between the traces (a setting older runs lack reads as
+    its default), and the machine where the traces come from more than one."""
+    differ = [k for k in LABEL_KEYS if len({json.dumps(value(r["settings"], k)) for r in rows}) > 1]
+    machines = len({r["machine"] for r in rows}) > 1
+    return [f"{i}. " + (", ".join(f"{k}={value(r['settings'], k)}" for k in differ) or r["label"])[:100]
+            + (f" ({r['machine']})" if machines and r["machine"] else "") for i, r in enumerate(rows, 1)]
 
 
 def main(argv=None):

@@ -315,3 +315,17 @@ def test_the_class_table_stops_where_the_classes_do_not_sum_to_the_gpu_work(tmp_
     (tmp_path / "outputs" / "traces").mkdir(parents=True)
     (tmp_path / "outputs" / "run.json").write_text("[1, 2]")
     assert class_table.run_of(str(tmp_path / "outputs" / "traces" / "t.json")) == {}
+
+
+def test_the_class_picture_names_bars_by_what_differs_and_whose_machine():
+    """A run recorded before --lr-warmup-steps existed reads as lr_warmup_steps=0, not None; bars from two
+    machines say which; bars from one machine do not repeat it."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import class_table
+    rows = [{"settings": {"batch_size": 128, "lr_warmup_steps": 80}, "machine": "boot aaaa, GPU bbbb", "label": "x"},
+            {"settings": {"batch_size": 512}, "machine": "boot cccc, GPU dddd", "label": "y"}]
+    assert class_table.bar_names(rows) == ["1. batch_size=128, lr_warmup_steps=80 (boot aaaa, GPU bbbb)",
+                                           "2. batch_size=512, lr_warmup_steps=0 (boot cccc, GPU dddd)"]
+    rows[1]["machine"] = rows[0]["machine"]
+    rows[1]["settings"]["lr_warmup_steps"] = 80
+    assert class_table.bar_names(rows) == ["1. batch_size=128", "2. batch_size=512"]

@@ -282,11 +282,12 @@ def setting(r, k):
 def baseline_groups(baseline, groups):
     """The groups (lists of runs) whose every run has each setting of baseline ("k=v, k2=v2"): a label names
     only the settings that vary, so "batch_size=128" still finds its group when runs varying in another
-    setting join and the label grows. A value "off" matches a switched-off option. Their indices."""
+    setting join and the label grows. A value "off" matches a switched-off option, and so does 0 for a
+    setting where 0 means off (lr_warmup_steps=0). Their indices."""
     pairs = [part.strip().split("=", 1) for part in baseline.split(",")]
     if not all(len(p) == 2 and p[0] for p in pairs):
         return []
-    wanted = [(k, None if v == "off" else v) for k, v in pairs]
+    wanted = [(k, None if v == "off" or (k in OFF_AT_ZERO and v == "0") else v) for k, v in pairs]
     shown = lambda v: None if v is None else str(v)  # noqa: E731
     return [i for i, runs in enumerate(groups)
             if all(shown(setting(r, k)) == v for r in runs for k, v in wanted)]

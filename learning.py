@@ -17,17 +17,22 @@ def learning_rate(args, world_size):
 
     --scale-lr: the linear scaling rule, lr x global batch / 128, where the global batch is --batch-size
     on every rank together (DDP averages the ranks' gradients, so one optimizer step sees all of them).
-    --lr-warmup-steps N: the first N steps (warm-up steps first, then profiled or timed ones) ramp the rate,
-    step k at effective_lr x k / N; ramp_steps_after_warm_up says how many of them fall after the warm-up.
+    --lr-warmup-steps N: the first N steps ramp the rate, step k at effective_lr x k / N. They count the
+    warm-up steps first, then what follows it: bench mode's timed window, or profile mode's unprofiled
+    steps before its capture, then the profiled ones. ramp_steps_after_warm_up says how many fall after
+    the warm-up, and ramp_note says so in a sentence (train.py prints it as a warning).
     """
     global_batch = args.batch_size * world_size
     effective = args.lr * global_batch / REFERENCE_BATCH if args.scale_lr else args.lr
     rule = (f"linear scaling: {args.lr:g} x {global_batch} / {REFERENCE_BATCH}" if args.scale_lr
             else "as given by --lr")
     ramp = args.lr_warmup_steps
+    after = max(0, ramp - args.warmup_steps)
+    note = (f"{after} of the {ramp} --lr-warmup-steps fall after the {args.warmup_steps} warm-up steps: those "
+            f"steps run below the full rate (give --warmup-steps {ramp} or more to keep them out)" if after else None)
     return {"lr": args.lr, "scale_lr": args.scale_lr, "global_batch": global_batch,
             "reference_batch": REFERENCE_BATCH, "effective_lr": effective, "rule": rule,
-            "warmup_steps": ramp, "ramp_steps_after_warm_up": max(0, ramp - args.warmup_steps),
+            "ramp_steps": ramp, "ramp_steps_after_warm_up": after, "ramp_note": note,
             "warmup": f"linear: step k of the first {ramp} at effective_lr x k / {ramp}" if ramp else None}
 
 

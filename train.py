@@ -346,6 +346,8 @@ def main(argv=None):
         record.update(facts)
         record["learning_rate"] = rate = learning.learning_rate(args, world.world_size)
         record.log_outputs(effective_lr=rate["effective_lr"])
+        if rate["ramp_note"]:
+            print(f"train.py: warning: {rate['ramp_note']}", file=sys.stderr)
         step = build_step(torch, batches, device, args, world, rate["effective_lr"])
         world.seed_per_rank(torch, np, random, args.seed)  # weights alike on every rank, augmentation not
         if args.mode == "bench":  # counted once, on shapes alone, before anything is timed

@@ -249,8 +249,12 @@ def test_lr_warm_up_ramps_the_rate_then_holds_it():
     args = parse_settings(["--mode", "bench", "--batch-size", "1024", "--scale-lr", "--warmup-steps", "50",
                            "--lr-warmup-steps", "80"])
     rate = learning.learning_rate(args, 1)
-    assert rate["warmup_steps"] == 80 and rate["ramp_steps_after_warm_up"] == 30 and "x k / 80" in rate["warmup"]
-    assert learning.learning_rate(parse_settings(["--mode", "bench"]), 1)["warmup"] is None
+    assert rate["ramp_steps"] == 80 and rate["ramp_steps_after_warm_up"] == 30 and "x k / 80" in rate["warmup"]
+    assert "30 of the 80 --lr-warmup-steps fall after the 50 warm-up steps" in rate["ramp_note"]
+    plain_rate = learning.learning_rate(parse_settings(["--mode", "bench"]), 1)
+    assert plain_rate["warmup"] is None and plain_rate["ramp_note"] is None
+    inside = parse_settings(["--mode", "bench", "--warmup-steps", "80", "--lr-warmup-steps", "80"])
+    assert learning.learning_rate(inside, 1)["ramp_note"] is None, "a ramp that ends with the warm-up spills nothing"
 
 
 def test_a_ramp_the_captured_step_would_freeze_exits_2_in_one_line(tmp_path):
@@ -265,13 +269,15 @@ def test_a_ramp_the_captured_step_would_freeze_exits_2_in_one_line(tmp_path):
 
 def test_a_real_run_ramps_its_rate(tmp_path):
     """A CPU bench run with --lr-warmup-steps 5 after 1 warm-up step: run.json records the ramp, its full rate,
-    and the 4 ramp steps that fell inside the timed window."""
+    and the 4 ramp steps that fell inside the timed window; stderr warns of them in one line."""
     proc = run_train([*LEARNING, "--lr-warmup-steps", "5"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: "):]
     record = read_json(os.path.join(out, "run.json"))
     assert record["settings"]["lr_warmup_steps"] == 5
     assert record["learning_rate"]["ramp_steps_after_warm_up"] == 4 and record["learning_rate"]["effective_lr"] == 0.025
+    warnings = [line for line in proc.stderr.splitlines() if "--lr-warmup-steps fall after" in line]
+    assert warnings == [f"train.py: warning: {record['learning_rate']['ramp_note']}"], proc.stderr[-3000:]
 
 
 def test_compare_reads_no_ramp_as_the_older_runs_absent_setting():
@@ -282,3 +288,7 @@ def test_compare_reads_no_ramp_as_the_older_runs_absent_setting():
     ramped_rec = rec("c", 3, 1.0)
     ramped_rec["settings"]["lr_warmup_steps"] = 50
     assert compare.setting(ramped_rec, "lr_warmup_steps") == 50
+    groups = [[ramped_rec], [old, new]]
+    assert compare.baseline_groups("lr_warmup_steps=0", groups) == [1], "0 names the runs without a ramp"
+    assert compare.baseline_groups("lr_warmup_steps=off", groups) == [1]
+    assert compare.baseline_groups("lr_warmup_steps=50", groups) == [0]

@@ -1,13 +1,16 @@
-# make run    the main job on this machine: profile and bench, workers 0 and 4, tracked offline;
-#             ends with the bench rates, the trace evidence and the traces to open (scripts/report.py)
-# make test   the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1)
-# Both build .venv from requirements-dev.txt first; it is rebuilt when that file changes.
+# make run     the main job on this machine: profile and bench, workers 0 and 4, tracked offline;
+#              ends with the bench rates, the trace evidence and the traces to open (steplens report)
+# make test    the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1)
+# make lint    ruff: the format check and the linter (line length 120)
+# make viewer  Polyaxon's UI over the local runs, on 127.0.0.1:8001, with its scripts served locally
+# All build .venv from requirements-dev.txt first (about 6 GB: torch's CUDA libraries come with it even on
+# a CPU-only machine); it is rebuilt when that file changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt | sha256sum | cut -c1-12)
 
-.PHONY: setup run bench-alternating compare test clean
+.PHONY: setup run bench-alternating compare test lint format viewer clean
 
 $(STAMP): requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,15 +23,26 @@ setup: $(STAMP)
 run: $(STAMP)
 	PY=$(BIN)/python scripts/run-local.sh main
 
-# REPEATS=6 WORKERS="0 4" by default: 6 pairs are the fewest for a sign-test verdict in compare.py
+# REPEATS=6 WORKERS="0 4" by default: 6 pairs are the fewest for a sign-test verdict in steplens compare
 bench-alternating: $(STAMP)
 	PY=$(BIN)/python scripts/run-local.sh alternating
 
 compare: $(STAMP)
-	$(BIN)/python compare.py --offline .polyaxon-offline --out results/local
+	$(BIN)/steplens compare --offline .polyaxon-offline --out results/local
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+viewer: $(STAMP)
+	$(BIN)/steplens viewer --path .polyaxon-offline --port $(or $(PORT),8001)
 
 clean:
 	rm -rf .polyaxon-offline .pytest_cache

@@ -15,22 +15,18 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     python train.py --mode bench --workers 4 --data synthetic
     # the learning check: each class its own tint, so the loss must fall (loss_first -> loss_final)
     python train.py --mode bench --workers 4 --data learnable --batch-size 512 --scale-lr --lr-warmup-steps 10
-    # the candidate fixes (speedups/): e.g. the whole step as CUDA graphs, bf16, NHWC, fused kernels
+    # the candidate fixes (steplens/speedups/): e.g. the whole step as CUDA graphs, bf16, NHWC, fused kernels
     python train.py --mode bench --gpu-input --cuda-graph --compile default --cudnn-benchmark \
         --channels-last --amp bf16 --fused-sgd
     # CPU only, tiny
     python train.py --mode profile --device cpu --data synthetic --batch-size 16 --warmup-steps 2
-    # DDP, one process per GPU (distributed.py); on the CPU through gloo with --device cpu
+    # DDP, one process per GPU (steplens/job/distributed.py); on the CPU through gloo with --device cpu
     torchrun --nproc-per-node 2 train.py --ddp --mode profile --workers 4
-    python ranks.py OUTPUTS/traces          # the evidence across ranks: the slow rank and its stage
+    steplens ranks OUTPUTS/traces           # the evidence across ranks: the slow rank and its stage
 
-mode=profile: warm-up steps, then torch.profiler with schedule(wait=1, warmup=1,
-active=3, repeat=2) over 10 steps, 10 unprofiled steps timed on each side (the
-profiler's cost is measured against them): two Chrome traces (open them in
-ui.perfetto.dev), operator tables, trace evidence (summarize.py), run.json.
---profile-detail lean drops record_shapes, profile_memory and with_stack.
-mode=bench: the same warm-up, then a synchronized window of --bench-steps
-batches without the profiler: samples_per_sec, and each step's loss (read after the window).
+mode=profile: warm-up, then torch.profiler with schedule(wait=1, warmup=1, active=3, repeat=2) over 10 steps,
+10 unprofiled steps timed on each side: two Chrome traces (ui.perfetto.dev), operator tables, evidence, run.json.
+mode=bench: the same warm-up, then a synchronized window of --bench-steps batches without the profiler.
 """
 
 import random
@@ -38,62 +34,84 @@ import sys
 import time
 import traceback
 
-import distributed
-import flops
-import learning
-import profiling
-import ranks
-import runinfo
-from data import CIFAR10_MEAN, CIFAR10_STD, Batches, build_dataset, build_transform, window_note
-from runinfo import UserError
-from scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
-from settings import parse_settings
-from speedups import options
-from stopping import Stopper, StopRequested
+from steplens import scopes
+from steplens.errors import UserError
+from steplens.evidence import attribution, cycle_evidence, flops
+from steplens.job import capture, checks, distributed, learning, machine, rank_outputs, runrecord
+from steplens.job import outputs as outputs_of
+from steplens.job.data import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    Batches,
+    build_dataset,
+    build_transform,
+    loader_facts,
+    window_note,
+)
+from steplens.job.device import resolve_device, synchronize
+from steplens.job.settings import parse_settings
+from steplens.job.stopping import Stopper, StopRequested
+from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
+from steplens.speedups import options
+
+# torch is imported inside the functions that use it: main() parses the flags first, so a bad flag is
+# refused in one line before torch (seconds to load) is imported.
 
 
 # --------------------------------------------------------------------------- data and loader
 
-def build_loader(torch, dataset, args, device, world):
+
+def build_loader(dataset, args, device, world):
     """The tutorial's DataLoader: --workers processes run the PIL transforms; pinned memory on CUDA."""
+    import torch
+
     generator = torch.Generator()
     generator.manual_seed(args.seed + world.rank)  # DataLoader workers' augmentation seeds differ per rank
-    sampler = world.sampler(torch, dataset, args.seed)  # DDP: each rank its slice of the epoch's shuffle
+    sampler = world.sampler(dataset, args.seed)  # DDP: each rank its slice of the epoch's shuffle
     knobs = {}
     if args.workers:
         knobs["persistent_workers"] = args.persistent_workers
         if args.prefetch_factor is not None:
             knobs["prefetch_factor"] = args.prefetch_factor
     return torch.utils.data.DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler, num_workers=args.workers,
-        pin_memory=device.type == "cuda", drop_last=True, generator=generator, **knobs)
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        drop_last=True,
+        generator=generator,
+        **knobs,
+    )
 
 
-def build_batches(torch, args, device, world):
+def build_batches(args, device, world):
     """The batches the step draws, and what run.json says about them: a DataLoader, or (--gpu-input) the device."""
+
     transform = build_transform()
     with world.local_leader_first():  # one download per machine
         dataset, data = build_dataset(args, transform)
     facts = {"data": data, "input_transform": repr(transform)}
     if args.gpu_input:
-        from speedups.gpu_input import DeviceBatches
-        batches = DeviceBatches(torch, world.shard(dataset), args.batch_size, device, args.seed + world.rank,
-                                CIFAR10_MEAN, CIFAR10_STD)
+        from steplens.speedups.gpu_input import DeviceBatches
+
+        batches = DeviceBatches(
+            world.shard(dataset), args.batch_size, device, args.seed + world.rank, CIFAR10_MEAN, CIFAR10_STD
+        )
         return batches, {**facts, **batches.facts(CIFAR10_MEAN, CIFAR10_STD)}
-    loader = build_loader(torch, dataset, args, device, world)
-    facts["loader"] = {"kind": "DataLoader", "num_workers": args.workers, "pin_memory": loader.pin_memory,
-                       "shuffle": True, "drop_last": True, "batches_per_epoch": len(loader),
-                       "sampler": type(loader.sampler).__name__,
-                       "persistent_workers": loader.persistent_workers,
-                       "prefetch_factor": loader.prefetch_factor if args.workers else None,
-                       "start_method": torch.multiprocessing.get_start_method(allow_none=True) if args.workers else None}
+    loader = build_loader(dataset, args, device, world)
+    facts["loader"] = loader_facts(loader, args.workers)
     return Batches(loader), facts
 
 
 # --------------------------------------------------------------------------- model
 
-def build_model(torch):
+
+def build_model():
+    import torch
     import torchvision
+
     model = torchvision.models.resnet18(num_classes=10)
     # CIFAR variant: 32x32 inputs keep their resolution through the stem.
     model.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
@@ -102,6 +120,7 @@ def build_model(torch):
 
 
 # --------------------------------------------------------------------------- the step
+
 
 def make_step(batches, model, criterion, optimizer, to_device, autocast):
     """The tutorial's step: the four scopes, each around its part.
@@ -133,52 +152,50 @@ def make_step(batches, model, criterion, optimizer, to_device, autocast):
     return step
 
 
-def synchronize(torch, device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def resolve_device(torch, requested):
-    if requested == "cpu":
-        return torch.device("cpu")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if requested == "cuda":
-        raise UserError("--device cuda was asked for but torch sees no CUDA device "
-                        f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu or auto")
-    print("device: NO CUDA DEVICE, running on the CPU: these are CPU numbers, not GPU numbers", file=sys.stderr)
-    return torch.device("cpu")
-
-
-def build_step(torch, batches, device, args, world, lr):
+def build_step(batches, device, args, world, lr):
     """Model, loss, SGD at lr (learning.learning_rate) and the step the mode runs: the tutorial's, or its replay."""
-    memory_format, autocast = options.precision(torch, device, args)
+    import torch
+
+    memory_format, autocast = options.precision(device, args)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
-    model = build_model(torch).to(device, memory_format=memory_format)
+    model = build_model().to(device, memory_format=memory_format)
     if args.compile != "off":
         model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
     # DDP wraps the compiled module (torch's advice: compile the inner module, not the wrapper).
     model = world.wrap(model)
     criterion = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay, **({"fused": True} if args.fused_sgd else {}))
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        **({"fused": True} if args.fused_sgd else {}),
+    )
     prefetcher = None
     if args.prefetch_stream:
-        from speedups.prefetch import PrefetchToDevice
-        prefetcher = PrefetchToDevice(torch, device, next(batches))
-    step = make_step(world.slowed(batches, args), model, criterion, optimizer,
-                     options.to_device_fn(torch, device, args, prefetcher), autocast)
+        from steplens.speedups.prefetch import PrefetchToDevice
+
+        prefetcher = PrefetchToDevice(device, next(batches))
+    step = make_step(
+        world.slowed(batches, args),
+        model,
+        criterion,
+        optimizer,
+        options.to_device_fn(device, args, prefetcher),
+        autocast,
+    )
     step = learning.ramped(step, optimizer, lr, args.lr_warmup_steps)  # --lr-warmup-steps; else step itself
     if not args.cuda_graph:
         return step
-    from speedups.cuda_graph import CapturedStep
-    return CapturedStep(torch, device, step, batches, model, criterion, optimizer, memory_format, autocast,
-                        args.channels_last)
+    from steplens.speedups.cuda_graph import CapturedStep
+
+    return CapturedStep(device, step, batches, model, criterion, optimizer, memory_format, autocast, args.channels_last)
 
 
 # --------------------------------------------------------------------------- warm-up
 
-def warm_up(torch, step, device, args, stop):
+
+def warm_up(step, device, args, stop):
     """Warm-up steps: worker start, cuDNN selection, compilation and capture stay out of what is measured.
 
     Returns the warm-up time and each warm-up step's time. On CUDA, an event recorded after each step
@@ -186,7 +203,7 @@ def warm_up(torch, step, device, args, stop):
     window starts from is the one the tutorial runs); on the CPU, the host clock. A CapturedStep warms
     up eagerly, captures, and replays once.
     """
-    laps = profiling.Laps(torch, device.type == "cuda")  # on the current stream: CapturedStep's eager steps run on a side stream
+    laps = capture.Laps(device.type == "cuda")  # on the current stream: CapturedStep's eager steps run on a side stream
 
     def step_done():
         laps.lap()
@@ -202,13 +219,14 @@ def warm_up(torch, step, device, args, stop):
             for _ in range(args.warmup_steps):
                 step()
                 step_done()
-    synchronize(torch, device)
+    synchronize(device)
     return time.perf_counter() - t0, [round(v, 5) for v in laps.seconds()]
 
 
 # --------------------------------------------------------------------------- mode=profile
 
-def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_clock=None):
+
+def run_profile(step, device, out_dir, args, loader, stop, world, input_clock=None):
     """Ten steps under the tutorial's schedule, between two blocks of unprofiled steps (the profiler's cost):
     one trace and two operator tables per cycle, every pause between steps timed, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -217,15 +235,21 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:
         print("profile: no CUDA device, profiling the CPU alone: the traces have no GPU tracks", file=sys.stderr)
-    save_trace = profiling.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir,  # traces/rank{R}/ in DDP
-                                       skip=lambda: stop.requested)
-    workers, factor = loader.get("num_workers") or 0, loader.get("prefetch_factor")
-    with profiling.bracketed(step, PROFILE_STEPS, lambda: synchronize(torch, device), stop,
-                             lambda: profiling.Laps(torch, cuda), settle=workers * (factor or 0)) as timing:
-        pauses = profiling.Pauses(since=timing.pop("since"), input_clock=input_clock)  # Batches.waited_s
-        with stop.steps("profile"), profile(activities=activities, schedule=schedule(**SCHEDULE),
-                                            on_trace_ready=save_trace,
-                                            **profiling.DETAIL[args.profile_detail]) as profiler:
+    # one trace per cycle, under traces/rank{R}/ in DDP
+    save_trace = capture.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir, skip=lambda: stop.requested)
+    account = capture.queue_account(loader, args)  # the workers' queue, the options the verdict names
+    sync, laps = (lambda: synchronize(device)), (lambda: capture.Laps(cuda))
+    with capture.bracketed(step, PROFILE_STEPS, sync, stop, laps, settle=account["queue_depth"]) as timing:
+        pauses = capture.Pauses(since=timing.pop("since"), input_clock=input_clock)  # Batches.waited_s
+        with (
+            stop.steps("profile"),
+            profile(
+                activities=activities,
+                schedule=schedule(**SCHEDULE),
+                on_trace_ready=save_trace,
+                **scopes.DETAIL[args.profile_detail],
+            ) as profiler,
+        ):
             for _ in range(PROFILE_STEPS):
                 pauses.before_step()
                 step()
@@ -234,28 +258,32 @@ def run_profile(torch, step, device, out_dir, args, loader, stop, world, input_c
                 stop.step_done()
     # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
     timing.update(pauses_s=pauses.seconds, steps_s=pauses.step_seconds, inputs_s=pauses.input_seconds)
-    evidence = profiling.write_evidence(save_trace.cycles, {
-        **timing, "detail": args.profile_detail, "queue_depth": workers * (factor or 0), "workers": workers,
-        "queue": f"{workers} workers x prefetch_factor {factor}" if workers else "no worker processes",
-        "device_input": loader["kind"] == "device",
-        "on": {k: getattr(args, k) for k in ("amp", "channels_last", "compile")}})  # the verdict's next step
-    results = {"evidence": evidence, **timing, "activities": [a.name for a in activities], "gpu_tracks": cuda,
-               "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
-               "schedule": SCHEDULE, "profile_detail": args.profile_detail,
-               "options": profiling.DETAIL[args.profile_detail], "cycles": save_trace.cycles,
-               "profiling_caveat": profiling.summarize.CAVEAT}
-    profiling.stop_keeping(stop, results)  # a stop in the last unprofiled block: recorded with these results
+    evidence = cycle_evidence.write_evidence(save_trace.cycles, {**timing, **account})
+    results = {
+        "evidence": evidence,
+        **timing,
+        "activities": [a.name for a in activities],
+        "gpu_tracks": cuda,
+        "note": None if cuda else "CPU-only profile: no CUDA device, so no GPU tracks and no device-time table",
+        "schedule": SCHEDULE,
+        "profile_detail": args.profile_detail,
+        "options": scopes.DETAIL[args.profile_detail],
+        "cycles": save_trace.cycles,
+        "profiling_caveat": attribution.CAVEAT,
+    }
+    capture.stop_keeping(stop, results)  # a stop in the last unprofiled block: recorded with these results
     return results
 
 
 # --------------------------------------------------------------------------- mode=bench
 
-def run_bench(torch, step, device, batches, args, stop, world):
+
+def run_bench(step, device, batches, args, stop, world):
     """--bench-steps batches between two synchronizations, nothing syncing in between (each step's loss is
     copied on the device and read after the window); in DDP the ranks start together and the longest rank
     window sets the global rate."""
-    losses = learning.LossCurve(torch, device, args.bench_steps)
-    synchronize(torch, device)
+    losses = learning.LossCurve(device, args.bench_steps)
+    synchronize(device)
     world.barrier()
     restarts_before = batches.epoch_restarts
     with stop.steps("bench"):
@@ -264,59 +292,27 @@ def run_bench(torch, step, device, batches, args, stop, world):
         for _ in range(args.bench_steps):
             losses.add(step())
             stop.step_done()  # a flag test: no sync
-        synchronize(torch, device)
+        synchronize(device)
     seconds = time.perf_counter() - t0
     samples = args.bench_steps * args.batch_size
-    results = {"samples_per_sec": samples / seconds, "window_seconds": seconds, "window_steps": args.bench_steps,
-               "window_samples": samples, "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
-               **learning.summary(losses.values())}
+    results = {
+        "samples_per_sec": samples / seconds,
+        "window_seconds": seconds,
+        "window_steps": args.bench_steps,
+        "window_samples": samples,
+        "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
+        **learning.summary(losses.values()),
+    }
     results["window_note"] = window_note(results["epoch_restarts_in_window"], getattr(batches, "loader", None))
     if results["window_note"]:
         print(f"bench: warning: {results['window_note']}", file=sys.stderr)
     if args.cuda_graph:  # after the window, never in it: these replays train on, timed by events alone
         results["gpu_time"] = gpu = step.gpu_bound(results["samples_per_sec"], args.batch_size)
         results.update({k: gpu.get(k) for k in ("gpu_ms_per_step", "gpu_time_samples_per_sec", "gpu_bound_share")})
-    return ranks.bench_results(world, results)
-
-
-BENCH_OUTPUTS = ("samples_per_sec", "window_seconds", "window_steps", "epoch_restarts_in_window",
-                 "gpu_ms_per_step", "gpu_time_samples_per_sec", "loss_first", "loss_final", "loss_diverged_step",
-                 "gpu_bound_share", "flops_per_sample", "model_tflops_per_sec", "mfu", "peak_tflops", "peak_precision")
-
-
-def log_bench(record, results, args):
-    """The rate, the GPU-bound share (--cuda-graph) and the hardware ceiling on stdout; the same as Polyaxon outputs."""
-    bound = ""
-    if args.cuda_graph and results.get("gpu_bound_share") is not None:
-        bound = (f"; the step's GPU time allows {results['gpu_time_samples_per_sec']:.1f} samples/s "
-                 f"({results['gpu_ms_per_step']:.3f} ms/step): GPU-bound share {results['gpu_bound_share']:.1%}")
-    elif args.cuda_graph:
-        bound = f"; GPU-bound share n/a: {results['gpu_time']['note']}"
-    print(f"bench: {results['samples_per_sec']:.1f} samples/s ({args.bench_steps} batches of "
-          f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
-          f"workers {args.workers}){bound}{ranks.describe_bench(results)}")
-    c = results["ceiling"]
-    mfu = (f"MFU {c['mfu']:.1%} of the {c['peak_precision']} dense peak, {c['peak_tflops']:g} TFLOP/s"
-           if c["mfu"] is not None else f"MFU n/a: {c['note']}")
-    tflops = "n/a" if c["model_tflops_per_sec"] is None else f"{c['model_tflops_per_sec']:.2f}"
-    print(f"bench: {results['flops_per_sample'] / 1e9:.3f} GFLOP per training sample (model FLOPs) -> "
-          f"{tflops} TFLOP/s {'per GPU' if record['device'].startswith('cuda') else 'on the CPU'}; {mfu}")
-    print(learning.log_losses(record, results))
-    return {k: results[k] for k in (*BENCH_OUTPUTS, *ranks.BENCH_OUTPUTS) if results.get(k) is not None}
+    return rank_outputs.bench_results(world, results)
 
 
 # --------------------------------------------------------------------------- main
-
-def stopped(record, stop):
-    """A stop request, recorded where a run exists; the shell's exit code for the signal."""
-    if record is None:
-        print(f"train.py: {stop}; no run was started", file=sys.stderr)
-    else:
-        if getattr(stop, "results", None):  # profiling.stop_keeping: the profiled cycles completed
-            record["results"] = stop.results
-        record.stopped(stop)
-        print(f"train.py: {stop}; run.json says stopped: {record.path}", file=sys.stderr)
-    return stop.exit_code
 
 
 def main(argv=None):
@@ -324,55 +320,64 @@ def main(argv=None):
     stop = Stopper()
     world = record = None
     try:
-        budget = runinfo.cpu_budget()
-        workers_note = runinfo.check_workers(args, budget)
-        runinfo.check_places(args)
+        budget = machine.cpu_budget()
+        workers_note = checks.check_workers(args, budget)
+        checks.check_places(args)
         import numpy as np
         import torch
-        device = resolve_device(torch, args.device)
-        options.check_device(torch, args, device)
-        world = distributed.World.start(torch, args, device)  # --ddp: torchrun's process group; else a world of one
+
+        device = resolve_device(args.device)
+        options.check_device(args, device)
+        world = distributed.World.start(args, device)  # --ddp: torchrun's process group; else a world of one
         device = world.device
         tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
-        record = runinfo.start_record(world, dict(vars(args)), args.mode, args.output_dir,
-                                      f"{args.mode}-workers{args.workers}", tags)
+        record = runrecord.start_record(
+            world, dict(vars(args)), args.mode, args.output_dir, f"{args.mode}-workers{args.workers}", tags
+        )
         print(f"outputs: {record.out_dir}", file=sys.stderr)
-        runinfo.describe_run(record, torch, world, device, budget, workers_note)
+        runrecord.describe_run(record, world, device, budget, workers_note)
 
         random.seed(args.seed)
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)
-        batches, facts = build_batches(torch, args, device, world)
+        batches, facts = build_batches(args, device, world)
         record.update(facts)
         record["learning_rate"] = rate = learning.learning_rate(args, world.world_size)
         record.log_outputs(effective_lr=rate["effective_lr"])
         if rate["ramp_note"]:
             print(f"train.py: warning: {rate['ramp_note']}", file=sys.stderr)
-        step = build_step(torch, batches, device, args, world, rate["effective_lr"])
-        world.seed_per_rank(torch, np, random, args.seed)  # weights alike on every rank, augmentation not
+        step = build_step(batches, device, args, world, rate["effective_lr"])
+        world.seed_per_rank(np, random, args.seed)  # weights alike on every rank, augmentation not
         if args.mode == "bench":  # counted once, on shapes alone, before anything is timed
-            record["flops"] = flops.training_flops(torch, build_model)
+            record["flops"] = flops.training_flops(build_model)
             record.log_outputs(flops_per_sample=record["flops"]["flops_per_sample"])
-        record["warmup_seconds"], record["warmup_step_seconds"] = warm_up(torch, step, device, args, stop)
+        record["warmup_seconds"], record["warmup_step_seconds"] = warm_up(step, device, args, stop)
         record.log_steps("warmup_step_seconds", dict(enumerate(record["warmup_step_seconds"], start=1)))
         if args.cuda_graph:
             record["cuda_graph"] = step.info
 
         if args.mode == "profile":
             clock = (lambda: batches.waited_s) if hasattr(batches, "waited_s") else None
-            record["results"] = results = run_profile(torch, step, device, record.out_dir, args, facts["loader"],
-                                                      stop, world, clock)
-            outputs = profiling.log_cycles(record, results)
-            outputs.update(ranks.profile_evidence(world, record, results))  # DDP: the slow rank and its stage
+            record["results"] = results = run_profile(
+                step, device, record.out_dir, args, facts["loader"], stop, world, clock
+            )
+            outputs = runrecord.log_cycles(record, results)
+            outputs.update(rank_outputs.profile_evidence(world, record, results))  # DDP: the slow rank and its stage
         else:
-            record["results"] = results = run_bench(torch, step, device, batches, args, stop, world)
-            flops.add_ceiling(torch, device, results, record["flops"]["flops_per_sample"], record["environment"]["gpu"],
-                              args.amp, world.world_size)
-            outputs = log_bench(record, results, args)
+            record["results"] = results = run_bench(step, device, batches, args, stop, world)
+            flops.add_ceiling(
+                device,
+                results,
+                record["flops"]["flops_per_sample"],
+                record["environment"]["gpu"],
+                args.amp,
+                world.world_size,
+            )
+            outputs = outputs_of.log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
-        runinfo.finish_record(world, record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
+        runrecord.finish_record(world, record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
     except StopRequested as e:
-        return stopped(record, e)
+        return runrecord.record_stop(record, e)
     except (Exception, KeyboardInterrupt) as e:
         if record is not None:
             record.failed(e, None if isinstance(e, UserError) else traceback.format_exc())

@@ -2,30 +2,45 @@
 
     python scripts/class_table.py TRACE [TRACE...] [--out FILE.md] [--png FILE.png]
 
-Each TRACE is a PyTorch profiler trace (.pt.trace.json[.gz]); the first is the reference. Per class (kernels.py)
+Each TRACE is a PyTorch profiler trace (.pt.trace.json[.gz]); the first is the reference.
+Per class (steplens/trace/kernels.py)
 and trace: the GPU time a step launches, in ms, and per training sample, in µs, where the batch size is known
 (from the run.json of the run that wrote the trace, in TRACE's folder's parent, which also names its machine;
 else per step only). A batch of 1024 does 8x the work of one of 128, so per-sample time is what tells whether
 a class got cheaper: each later trace's cell gives its class's per-sample time over the reference's (per-step
 time where a batch size is unknown). The classes of each trace must sum to the GPU work its steps launched
-(summarize.py's gpu_work_us, overlaps counted once); a trace where they do not stops the table (exit 1), as
+(steplens summarize's gpu_work_us, overlaps counted once); a trace where they do not stops the table (exit 1), as
 does a trace without GPU events. --png draws the same figures as one stacked bar a trace (per sample where
 every trace's batch size is known, else per step), each class a colour.
 """
+
 import argparse
 import io
 import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-import kernels  # noqa: E402
-import summarize  # noqa: E402
-from runinfo import write_atomic  # noqa: E402
+from steplens.atomic import write_atomic
+from steplens.evidence import attribution, summarize
+from steplens.trace import kernels, reader
 
-LABEL_KEYS = ("batch_size", "compile", "amp", "cuda_graph", "channels_last", "fused_sgd", "cudnn_benchmark",
-              "workers", "gpu_input", "data", "scale_lr", "lr_warmup_steps", "profile_detail")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+LABEL_KEYS = (
+    "batch_size",
+    "compile",
+    "amp",
+    "cuda_graph",
+    "channels_last",
+    "fused_sgd",
+    "cudnn_benchmark",
+    "workers",
+    "gpu_input",
+    "data",
+    "scale_lr",
+    "lr_warmup_steps",
+    "profile_detail",
+)
 
 
 ABSENT = {"lr_warmup_steps": 0}  # runs recorded before the flag existed ran without a ramp
@@ -61,20 +76,30 @@ def classes_of(trace, evidence, run):
     if not evidence.get("has_gpu") or not kc or not kc.get("busy_us") or not steps:
         raise TableError(f"{trace}: no GPU kernels in its steps (a CPU-only trace has no kernel classes)")
     got = sum(c["us"] for c in kc["classes"].values())
-    if abs(got - window["gpu_work_us"]) > summarize.EPS_US * max(1, len(kc["classes"])):
-        raise TableError(f"{trace}: the classes sum to {got:.1f} us but its steps launched "
-                         f"{window['gpu_work_us']:.1f} us of GPU work")
+    if abs(got - window["gpu_work_us"]) > attribution.EPS_US * max(1, len(kc["classes"])):
+        raise TableError(
+            f"{trace}: the classes sum to {got:.1f} us but its steps launched "
+            f"{window['gpu_work_us']:.1f} us of GPU work"
+        )
     shown = [f"{k}={settings[k]}" for k in LABEL_KEYS if settings.get(k) not in (None, False, "off", ABSENT.get(k))]
     machine = [env["gpu"]] if env.get("gpu") else []
-    machine += [f"{name} {str(env[k]).removeprefix('GPU-')[:8]}" for k, name in (("boot_id", "boot"), ("gpu_uuid", "GPU"))
-                if env.get(k)]
+    machine += [
+        f"{name} {str(env[k]).removeprefix('GPU-')[:8]}"
+        for k, name in (("boot_id", "boot"), ("gpu_uuid", "GPU"))
+        if env.get(k)
+    ]
     label = ", ".join(shown) or os.path.basename(trace)
     if batch is None:
         label += " (no batch size: no run.json with one beside the trace)"
-    return {"label": label + (f" on {', '.join(machine)}" if machine else ""), "batch": batch, "settings": settings,
-            "machine": ", ".join(machine[1:]),
-            "steps": steps, "ms": {c: v["us"] / steps / 1e3 for c, v in kc["classes"].items()},
-            "total_ms": got / steps / 1e3}
+    return {
+        "label": label + (f" on {', '.join(machine)}" if machine else ""),
+        "batch": batch,
+        "settings": settings,
+        "machine": ", ".join(machine[1:]),
+        "steps": steps,
+        "ms": {c: v["us"] / steps / 1e3 for c, v in kc["classes"].items()},
+        "total_ms": got / steps / 1e3,
+    }
 
 
 def markdown(rows, traces):
@@ -88,34 +113,63 @@ def markdown(rows, traces):
             per = (r["batch"], ref["batch"]) if r["batch"] and ref["batch"] else (1, 1)
             text += f" ({ms / per[0] / (ref_ms / per[1]):.2f}x)"
         return text
+
     header = ["class"] + [f"{i}: ms per step; µs per sample" for i in range(1, len(rows) + 1)]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     present = [c for c in kernels.CLASSES if any(c in r["ms"] for r in rows)]
     for c in present:
         out.append("| " + " | ".join([c] + [cell(r, r["ms"].get(c), ref["ms"].get(c)) for r in rows]) + " |")
-    out.append("| " + " | ".join(["**total (GPU work a step launched)**"]
-                                 + [cell(r, r["total_ms"], ref["total_ms"]) for r in rows]) + " |")
+    out.append(
+        "| "
+        + " | ".join(["**total (GPU work a step launched)**"] + [cell(r, r["total_ms"], ref["total_ms"]) for r in rows])
+        + " |"
+    )
     legend = []
     for i, (r, t) in enumerate(zip(rows, traces), 1):
         vs = ""
         if i > 1 and r["batch"] and ref["batch"]:
             vs = f"; total per sample {r['total_ms'] / r['batch'] / (ref['total_ms'] / ref['batch']):.3f}x trace 1's"
         legend.append(f"{i}. {r['label']} ({r['steps']} steps{vs}): `{t}`")
-    return "\n".join(["GPU time by kernel class (kernels.py), per step and per training sample; (Nx): per sample "
-                      "(per step where a batch size is unknown) over trace 1's:", "", *out, "", *legend]) + "\n"
+    return (
+        "\n".join(
+            [
+                "GPU time by kernel class (steplens/trace/kernels.py), per step and per training sample; "
+                "(Nx): per sample "
+                "(per step where a batch size is unknown) over trace 1's:",
+                "",
+                *out,
+                "",
+                *legend,
+            ]
+        )
+        + "\n"
+    )
 
 
 # One colour per class, in kernels.CLASSES' order (the convolutions in blues, the small kernels in warm colours).
-COLOURS = ["#08519c", "#3182bd", "#6baed6", "#9ecae1", "#e6550d", "#fd8d3c", "#fdd0a2", "#31a354", "#969696",
-           "#756bb1", "#d9d9d9"]
+COLOURS = [
+    "#08519c",
+    "#3182bd",
+    "#6baed6",
+    "#9ecae1",
+    "#e6550d",
+    "#fd8d3c",
+    "#fdd0a2",
+    "#31a354",
+    "#969696",
+    "#756bb1",
+    "#d9d9d9",
+]
 
 
 def picture(rows, path):
     """One horizontal stacked bar a trace: its classes' GPU time per sample (per step if a batch is unknown).
     Written through write_atomic (a temp file and a rename)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     per_sample = all(r["batch"] for r in rows)
     scale = [1e3 / r["batch"] if per_sample else 1.0 for r in rows]
     unit = "µs per training sample" if per_sample else "ms per step"
@@ -125,10 +179,18 @@ def picture(rows, path):
     for cls, colour in zip(kernels.CLASSES, COLOURS):
         if not any(cls in r["ms"] for r in rows):
             continue
-        left = [sum(r["ms"].get(c, 0.0) for c in kernels.CLASSES[:kernels.CLASSES.index(cls)]) * k
-                for r, k in zip(rows, scale)]
-        ax.barh(y, [r["ms"].get(cls, 0.0) * k for r, k in zip(rows, scale)], left=left, color=colour,
-                label=kernels.SHORT.get(cls, cls), height=0.6)
+        left = [
+            sum(r["ms"].get(c, 0.0) for c in kernels.CLASSES[: kernels.CLASSES.index(cls)]) * k
+            for r, k in zip(rows, scale)
+        ]
+        ax.barh(
+            y,
+            [r["ms"].get(cls, 0.0) * k for r, k in zip(rows, scale)],
+            left=left,
+            color=colour,
+            label=kernels.SHORT.get(cls, cls),
+            height=0.6,
+        )
     for yi, r, k in zip(y, rows, scale):
         ax.text(r["total_ms"] * k, yi, f" {r['total_ms'] * k:.2f}", va="center", fontsize=8)
     ax.set_yticks(y, names, fontsize=8)
@@ -150,8 +212,12 @@ def bar_names(rows):
     its default), and the machine where the traces come from more than one."""
     differ = [k for k in LABEL_KEYS if len({json.dumps(value(r["settings"], k)) for r in rows}) > 1]
     machines = len({r["machine"] for r in rows}) > 1
-    return [f"{i}. " + (", ".join(f"{k}={value(r['settings'], k)}" for k in differ) or r["label"])[:100]
-            + (f" ({r['machine']})" if machines and r["machine"] else "") for i, r in enumerate(rows, 1)]
+    return [
+        f"{i}. "
+        + (", ".join(f"{k}={value(r['settings'], k)}" for k in differ) or r["label"])[:100]
+        + (f" ({r['machine']})" if machines and r["machine"] else "")
+        for i, r in enumerate(rows, 1)
+    ]
 
 
 def main(argv=None):
@@ -171,7 +237,7 @@ def main(argv=None):
             return 2
     try:
         rows = [classes_of(t, summarize.summarize_file(t), run_of(t)) for t in args.traces]
-    except (TableError, summarize.TraceError) as e:
+    except (TableError, reader.TraceError) as e:
         print(f"class_table.py: error: {e}", file=sys.stderr)
         return 1
     text = markdown(rows, args.traces)

@@ -7,21 +7,37 @@ profile run paired only within its own root (the "study" column). Per configurat
 and repeat: the unprofiled steps' mean before and after the capture (and their standard deviations), the
 profiled step, the distortion and its 95% interval (docs/EVIDENCE.md), the bench step of the same study,
 repeat and configuration on the same machine (boot id and GPU UUID; its window's seconds over its steps),
-profiled step / bench step, and whether that lies inside the interval. A line per configuration counts how often it did. The table goes to FILE.md
+profiled step / bench step, and whether that lies inside the interval.
+A line per configuration counts how often it did. The table goes to FILE.md
 (default: the first ROOT's distortion.md), written whole or not at all, and to stdout.
 """
+
 import argparse
 import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), HERE]  # the repository root, and report.py beside this file
-import report  # noqa: E402
-from runinfo import write_atomic  # noqa: E402
+from steplens.atomic import write_atomic
+from steplens.evidence import report
 
-HEADER = ["capture", "study", "repeat", "run", "machine", "unprofiled before ms (sd)", "unprofiled after ms (sd)",
-          "after/before", "profiled step ms", "distortion (95% interval)", "bench step ms", "profiled/bench", "evidence", "inside"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+HEADER = [
+    "capture",
+    "study",
+    "repeat",
+    "run",
+    "machine",
+    "unprofiled before ms (sd)",
+    "unprofiled after ms (sd)",
+    "after/before",
+    "profiled step ms",
+    "distortion (95% interval)",
+    "bench step ms",
+    "profiled/bench",
+    "evidence",
+    "inside",
+]
 
 
 class TableError(Exception):
@@ -97,23 +113,39 @@ def rows_of(runs):
     profiles = [(u, r) for u, r in runs if r.get("mode") == "profile"]
     for key in dict.fromkeys(config(r) for _, r in profiles):  # the configurations in the order they ran
         rows[key], flags[key] = [], []
-    order = lambda ur: ((ur[1].get("settings") or {}).get("profile_detail") or "full", ur[1].get("study", 1),  # noqa: E731
-                        (ur[1].get("settings") or {}).get("repeat") or 0)
+    order = lambda ur: (
+        (ur[1].get("settings") or {}).get("profile_detail") or "full",
+        ur[1].get("study", 1),  # noqa: E731
+        (ur[1].get("settings") or {}).get("repeat") or 0,
+    )
     for uuid, run in sorted(profiles, key=order):
         s, e = run.get("settings") or {}, run["results"].get("evidence") or {}
         key = config(run)
         bench_ms = bench.get((key, *where(run)))
         ratio, held = inside(e, bench_ms)
-        interval = ("" if e.get("distortion_low") is None
-                    else f" [{e['distortion_low']:.3f}, {e['distortion_high']:.3f}]")
-        rows[key].append([
-            s.get("profile_detail") or "full", _f(run.get("study", 1), "d"), _f(s.get("repeat"), "d"), uuid[:8],
-            machine_of(run),
-            _ms(e.get("unprofiled_before_ms", e.get("unprofiled_step_ms")), e.get("unprofiled_before_sd_ms")),
-            _ms(e.get("unprofiled_after_ms"), e.get("unprofiled_after_sd_ms")), _f(e.get("unprofiled_drift"), ".3f"),
-            _f(e.get("profiled_step_ms"), ".2f"),
-            _f(e.get("profiler_distortion"), ".3f") + interval + (" uncertain" if e.get("distortion_uncertain") else ""),
-            _f(bench_ms, ".2f"), _f(ratio, ".3f"), "re-derived" if run.get("rederived") else "recorded", {True: "yes", False: "no", None: "n/a"}[held]])
+        interval = (
+            "" if e.get("distortion_low") is None else f" [{e['distortion_low']:.3f}, {e['distortion_high']:.3f}]"
+        )
+        rows[key].append(
+            [
+                s.get("profile_detail") or "full",
+                _f(run.get("study", 1), "d"),
+                _f(s.get("repeat"), "d"),
+                uuid[:8],
+                machine_of(run),
+                _ms(e.get("unprofiled_before_ms", e.get("unprofiled_step_ms")), e.get("unprofiled_before_sd_ms")),
+                _ms(e.get("unprofiled_after_ms"), e.get("unprofiled_after_sd_ms")),
+                _f(e.get("unprofiled_drift"), ".3f"),
+                _f(e.get("profiled_step_ms"), ".2f"),
+                _f(e.get("profiler_distortion"), ".3f")
+                + interval
+                + (" uncertain" if e.get("distortion_uncertain") else ""),
+                _f(bench_ms, ".2f"),
+                _f(ratio, ".3f"),
+                "re-derived" if run.get("rederived") else "recorded",
+                {True: "yes", False: "no", None: "n/a"}[held],
+            ]
+        )
         flags[key].append(held)
     return rows, flags
 
@@ -133,29 +165,46 @@ def markdown(roots, runs, reevidence=None):
     if not rows:
         raise TableError(f"{' '.join(roots)} holds no finished profile run")
     devices = sorted({(run.get("environment") or {}).get("gpu") or run.get("device") or "?" for _, run in runs})
-    out = [f"# The profiler's distortion against the bench: {' '.join(roots)}", "",
-           f"Device: {', '.join(devices)}. Made by `python scripts/distortion_table.py {' '.join(roots)}"
-           + (f" --reevidence {reevidence}" if reevidence else "") + "`.",
-           "Studies: " + "; ".join(f"{i} = {root}" for i, root in enumerate(roots, 1)) + ".",
-           "The interval covers the ratio against the unprofiled steps before and after the capture, each give or "
-           "take its own sampling error (docs/EVIDENCE.md). `inside`: whether profiled/bench lies in it.", ""]
+    out = [
+        f"# The profiler's distortion against the bench: {' '.join(roots)}",
+        "",
+        f"Device: {', '.join(devices)}. Made by `python scripts/distortion_table.py {' '.join(roots)}"
+        + (f" --reevidence {reevidence}" if reevidence else "")
+        + "`.",
+        "Studies: " + "; ".join(f"{i} = {root}" for i, root in enumerate(roots, 1)) + ".",
+        "The interval covers the ratio against the unprofiled steps before and after the capture, each give or "
+        "take its own sampling error (docs/EVIDENCE.md). `inside`: whether profiled/bench lies in it.",
+        "",
+    ]
     for key, cells in rows.items():
         held = [h for h in flags[key] if h is not None]
         out += [f"## {key}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         out += ["| " + " | ".join(c) + " |" for c in cells]
         missing = len(flags[key]) - len(held)
-        out += ["", f"{key}: inside for {sum(held)} of {len(held)}"
-                + (f" ({missing} without an interval or a bench job of the same repeat and machine)" if missing else ""), ""]
+        out += [
+            "",
+            f"{key}: inside for {sum(held)} of {len(held)}"
+            + (f" ({missing} without an interval or a bench job of the same repeat and machine)" if missing else ""),
+            "",
+        ]
     return "\n".join(out)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="distortion_table.py", description=__doc__.split("\n")[0])
-    p.add_argument("roots", nargs="+", metavar="ROOT",
-                   help="an offline root (ROOT/runs/<uuid>/outputs/run.json), one study; several make one table")
+    p.add_argument(
+        "roots",
+        nargs="+",
+        metavar="ROOT",
+        help="an offline root (ROOT/runs/<uuid>/outputs/run.json), one study; several make one table",
+    )
     p.add_argument("--out", default=None, help="the Markdown file (default: the first ROOT/distortion.md)")
-    p.add_argument("--reevidence", default=None, metavar="DIR",
-                   help="scripts/reevidence.py's output for these runs: their evidence as this checkout derives it")
+    p.add_argument(
+        "--reevidence",
+        default=None,
+        metavar="DIR",
+        help="scripts/reevidence.py's output for these runs: their evidence as this checkout derives it",
+    )
     args = p.parse_args(argv)
     if args.reevidence and not os.path.isdir(args.reevidence):
         print(f"distortion_table.py: error: --reevidence {args.reevidence}: no such folder", file=sys.stderr)

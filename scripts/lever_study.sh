@@ -2,7 +2,7 @@
 # The levers past GPU-bound, on one GPU machine: bench jobs of a baseline and its levers in rounds whose
 # order turns by one each round (round 1: base l1 l2, round 2: l1 l2 base, round 3: l2 base l1, ...: no
 # configuration always runs first), more rounds for the levers that matter most,
-# then one lean profile job per configuration (its kernel classes say what shrank), then compare.py.
+# then one lean profile job per configuration (its kernel classes say what shrank), then steplens compare.
 #
 #   scripts/lever_study.sh ROOT ROUNDS MORE [--out DIR] [--baseline LABEL] [-- train.py flags...]
 #
@@ -12,8 +12,8 @@
 #   PROFILE=0     no profile jobs
 #   PIN, PY       as in scripts/study.sh
 #
-# Every job gets --device cuda and --repeat ROUND (compare.py pairs runs by it); flags after -- go to
-# every job and come last. compare.py's tables go to --out DIR (default ROOT/comparison).
+# Every job gets --device cuda and --repeat ROUND (steplens compare pairs runs by it); flags after -- go to
+# every job and come last. steplens compare's tables go to --out DIR (default ROOT/comparison).
 set -euo pipefail
 usage() { echo "usage: scripts/lever_study.sh ROOT ROUNDS MORE [--out DIR] [--baseline LABEL] [-- train.py flags...]" >&2; exit 2; }
 [ $# -ge 3 ] || usage
@@ -67,8 +67,8 @@ done
 if [ "${PROFILE:-1}" = 1 ]; then
   for c in "${configs[@]}"; do job profile - "$c" --profile-detail lean; done
 fi
-"$PY" compare.py --offline "$root" --out "${out:-$root/comparison}" "${baseline[@]}" ||
-  { echo "*** compare.py FAILED" >&2; failed=$((failed + 1)); }
+"$PY" -m steplens compare --offline "$root" --out "${out:-$root/comparison}" "${baseline[@]}" ||
+  { echo "*** steplens compare FAILED" >&2; failed=$((failed + 1)); }
 if [ "$failed" -gt 0 ]; then
   echo "*** lever_study.sh: $failed failure(s) ($n jobs, logs in $root/logs)" >&2
   exit 1

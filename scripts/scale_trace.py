@@ -27,22 +27,31 @@ def load(path):
 
 def offsets(events):
     """The shifts that keep copies apart: time span, correlation ids, External ids, flow ids, step numbers."""
-    times = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0) or 0)) for e in events
-             if isinstance(e.get("ts"), (int, float))]
+    times = [
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0) or 0))
+        for e in events
+        if isinstance(e.get("ts"), (int, float))
+    ]
     if not times:
         raise SystemExit("scale_trace.py: error: the trace has no timed events")
-    ids = lambda key: [e["args"][key] for e in events if isinstance(e.get("args"), dict)
-                       and isinstance(e["args"].get(key), int)]
-    steps = [int(e["name"].split("#", 1)[1]) for e in events
-             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    ids = lambda key: [
+        e["args"][key] for e in events if isinstance(e.get("args"), dict) and isinstance(e["args"].get(key), int)
+    ]
+    steps = [
+        int(e["name"].split("#", 1)[1])
+        for e in events
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     if not steps:
         raise SystemExit("scale_trace.py: error: the trace has no ProfilerStep#N slices")
     flows = [e["id"] for e in events if e.get("ph") in ("s", "f", "t") and isinstance(e.get("id"), int)]
-    return {"time": max(b for _, b in times) - min(a for a, _ in times) + 1000.0,
-            "correlation": max(ids("correlation"), default=0) + 1,
-            "External id": max(ids("External id"), default=0) + 1,
-            "flow": max(flows, default=0) + 1,
-            "step": max(steps) - min(steps) + 1}
+    return {
+        "time": max(b for _, b in times) - min(a for a, _ in times) + 1000.0,
+        "correlation": max(ids("correlation"), default=0) + 1,
+        "External id": max(ids("External id"), default=0) + 1,
+        "flow": max(flows, default=0) + 1,
+        "step": max(steps) - min(steps) + 1,
+    }
 
 
 def shifted(ev, k, off):
@@ -82,7 +91,9 @@ def main(argv=None):
     off = offsets(events)
     one_copy = sum(len(json.dumps(e)) + 2 for e in events if e.get("ph") != "M")
     copies = args.copies or max(1, int(round(args.target_bytes / one_copy)))
-    tmp = os.path.join(os.path.dirname(os.path.abspath(args.out)), f".partial-{os.getpid()}-{os.path.basename(args.out)}")
+    tmp = os.path.join(
+        os.path.dirname(os.path.abspath(args.out)), f".partial-{os.getpid()}-{os.path.basename(args.out)}"
+    )
     opener = gzip.open if args.out.endswith(".gz") else open
     written = 0
     try:
@@ -103,8 +114,11 @@ def main(argv=None):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    print(f"scale_trace.py: {copies} copies of {args.trace} -> {args.out} "
-          f"({written / 1e6:.0f} MB of JSON, {os.path.getsize(args.out) / 1e6:.0f} MB on disk)", file=sys.stderr)
+    print(
+        f"scale_trace.py: {copies} copies of {args.trace} -> {args.out} "
+        f"({written / 1e6:.0f} MB of JSON, {os.path.getsize(args.out) / 1e6:.0f} MB on disk)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A measured study on one GPU machine, the tutorial's procedure: bench jobs over the configurations
 # in alternating order (repeat 1: c1 c2 c3, repeat 2: c1 c2 c3, ...), then one profile job per
-# configuration, each job a whole process, all tracked offline under ROOT; then compare.py.
+# configuration, each job a whole process, all tracked offline under ROOT; then steplens compare.
 #
 #   scripts/study.sh ROOT REPEATS [--out DIR] [--baseline LABEL] [--no-profile] [-- train.py flags...]
 #
@@ -14,8 +14,8 @@
 # PY and relative paths in the flags are read from the repository root, where the jobs run.
 # Every job gets --device cuda (a study measures the GPU); flags after -- go to every job and come
 # last, so `-- --device cpu` overrides it. REPEATS 0 runs the profile jobs only. --out DIR receives
-# compare.py's tables and plot (default: ROOT/comparison) and offline.tar.gz, the runs packed.
-# compare.py reads every run under ROOT: start each study with a fresh ROOT.
+# steplens compare's tables and plot (default: ROOT/comparison) and offline.tar.gz, the runs packed.
+# steplens compare reads every run under ROOT: start each study with a fresh ROOT.
 # A failing job prints the end of its log (all logs: ROOT/logs/); the study goes on to the next
 # job and exits 1 at the end.
 set -euo pipefail
@@ -54,8 +54,8 @@ if [ "$profile" = 1 ]; then
 fi
 
 if [ "$repeats" -gt 0 ]; then
-  "$PY" compare.py --offline "$root" --out "${out:-$root/comparison}" "${baseline[@]}" ||
-    { echo "*** compare.py FAILED" >&2; failed=$((failed + 1)); }
+  "$PY" -m steplens compare --offline "$root" --out "${out:-$root/comparison}" "${baseline[@]}" ||
+    { echo "*** steplens compare FAILED" >&2; failed=$((failed + 1)); }
 fi
 if [ -n "$out" ] && [ -d "$root/runs" ]; then
   tar -czf "$out/offline.tar.gz" -C "$root" runs

@@ -70,12 +70,21 @@ class Viewer:
         self.home = tempfile.mkdtemp(prefix="viewer-home-")
         env = {k: v for k, v in os.environ.items() if not k.startswith("POLYAXON_")}
         # HOME too: the client keeps a cache under ~/.polyaxon whatever POLYAXON_HOME says.
-        env.update(HOME=self.home, POLYAXON_HOME=self.home, POLYAXON_UI_OFFLINE="true",
-                   POLYAXON_UI_IN_SANDBOX="true", POLYAXON_DISABLE_ERRORS_REPORTING="true")
+        env.update(
+            HOME=self.home,
+            POLYAXON_HOME=self.home,
+            POLYAXON_UI_OFFLINE="true",
+            POLYAXON_UI_IN_SANDBOX="true",
+            POLYAXON_DISABLE_ERRORS_REPORTING="true",
+        )
         self.log = open(os.path.join(self.home, "viewer.log"), "w+")
-        self.proc = subprocess.Popen([haupt, "viewer", "--host", "127.0.0.1", "--port", str(self.port),
-                                      "--path", self.root], env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [haupt, "viewer", "--host", "127.0.0.1", "--port", str(self.port), "--path", self.root],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             self._wait()
         except BaseException:
@@ -131,10 +140,20 @@ class Browser:
 
     def _run(self, url, *what):
         profile = tempfile.mkdtemp(prefix="chromium-profile-")
-        cmd = [self.binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-               "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={self.size[0]},{self.size[1]}",
-               # virtual time runs on while the page's scripts and requests finish, up to the budget
-               f"--virtual-time-budget={self.budget_ms}", *what, url]
+        cmd = [
+            self.binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            f"--window-size={self.size[0]},{self.size[1]}",
+            # virtual time runs on while the page's scripts and requests finish, up to the budget
+            f"--virtual-time-budget={self.budget_ms}",
+            *what,
+            url,
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=self.timeout)

@@ -17,25 +17,51 @@ def polyaxon_env(offline_root, **extra):
     for k in list(env):
         if k.startswith("POLYAXON_"):
             del env[k]
-    env.update(POLYAXON_OFFLINE_ROOT=str(offline_root), POLYAXON_TRACKING_FLUSH_DELAY="0",
-               POLYAXON_DISABLE_ERRORS_REPORTING="true", COLUMNS="500", PYTHONUNBUFFERED="1")
+    env.update(
+        POLYAXON_OFFLINE_ROOT=str(offline_root),
+        POLYAXON_TRACKING_FLUSH_DELAY="0",
+        POLYAXON_DISABLE_ERRORS_REPORTING="true",
+        COLUMNS="500",
+        PYTHONUNBUFFERED="1",
+    )
     env.update(extra)
     return env
 
 
 def run_train(args, offline_root, timeout=600, **env):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT,
-                          env=polyaxon_env(offline_root, **env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "train.py"), *args],
+        cwd=ROOT,
+        env=polyaxon_env(offline_root, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_torchrun(args, offline_root, nproc=2, timeout=600, **env):
     """train.py under torchrun (python -m torch.distributed.run), one machine, a free rendezvous port."""
     from polyaxon_support import free_port
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", str(free_port()), os.path.join(ROOT, "train.py"), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=polyaxon_env(offline_root, OMP_NUM_THREADS="1", **env),
-                          capture_output=True, text=True, timeout=timeout)
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-port",
+        str(free_port()),
+        os.path.join(ROOT, "train.py"),
+        *args,
+    ]
+    return subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=polyaxon_env(offline_root, OMP_NUM_THREADS="1", **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def offline_runs(offline_root):
@@ -74,7 +100,7 @@ def bench_run(tmp_path_factory):
 
 
 # Rank 1 sleeps this long in every input/next_batch: far beyond the step-to-step noise of a busy 2-CPU machine,
-# which ranks.py's sign test needs in all six aligned steps before it names a straggler.
+# which steplens ranks's sign test needs in all six aligned steps before it names a straggler.
 SLOW_MS = 1000
 SLOW = ["--slow-rank", "1", "--slow-input-ms", str(SLOW_MS)]
 
@@ -102,6 +128,7 @@ def ddp_bench(tmp_path_factory):
 def sandbox(tmp_path_factory):
     """A real Polyaxon server (haupt sandbox) on 127.0.0.1, started and stopped by the tests."""
     from polyaxon_support import Sandbox
+
     server = Sandbox(tmp_path_factory.mktemp("sandbox")).start()
     try:
         yield server

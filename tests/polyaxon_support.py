@@ -3,6 +3,7 @@
 Never product code: the sandbox has no agent that starts jobs without Kubernetes, so
 execute_queued_run() does the agent's part on this machine.
 """
+
 import json
 import os
 import shlex
@@ -29,20 +30,21 @@ def quiet():
 def compile_polyaxonfile(params, path=POLYAXONFILE, artifacts_path="/plx-context/artifacts/RUN"):
     """Polyaxon's own parser and compiler, params applied and contexts resolved."""
     quiet()
-    from polyaxon.polyaxonfile import (CompiledOperationSpecification, OperationSpecification,
-                                       check_polyaxonfile)
+    from polyaxon.polyaxonfile import CompiledOperationSpecification, OperationSpecification, check_polyaxonfile
+
     op = check_polyaxonfile(polyaxonfile=path, params=params, is_cli=False, verbose=False)
     compiled = OperationSpecification.compile_operation(op)
     compiled = CompiledOperationSpecification.apply_params(compiled, params=op.params)
     compiled = CompiledOperationSpecification.apply_operation_contexts(compiled)
     compiled = CompiledOperationSpecification.apply_runtime_contexts(
-        compiled, contexts={"globals": {"run_artifacts_path": artifacts_path}})
+        compiled, contexts={"globals": {"run_artifacts_path": artifacts_path}}
+    )
     return op, compiled
 
 
 def train_argv(script):
     """The train.py argv of the container script's exec line."""
-    lines = [l for l in script.splitlines() if l.strip().startswith("exec python train.py")]
+    lines = [line for line in script.splitlines() if line.strip().startswith("exec python train.py")]
     assert len(lines) == 1, f"expected one 'exec python train.py' line in:\n{script}"
     return shlex.split(lines[0])[3:]
 
@@ -50,12 +52,14 @@ def train_argv(script):
 def kubernetes_pod(params):
     """Polyaxon's Kubernetes converter, offline: the pod spec a cluster would receive."""
     from polyaxon._k8s.converter.converters.job import JobConverter
+
     return convert(params, POLYAXONFILE, JobConverter)
 
 
 def kubernetes_pytorchjob(params):
     """The PyTorchJob custom resource Polyaxon's converter makes of polyaxonfile-ddp.yaml."""
     from polyaxon._k8s.converter.converters.kubeflow.pytroch_job import PytorchJobConverter  # sic, Polyaxon's name
+
     return convert(params, POLYAXONFILE_DDP, PytorchJobConverter)
 
 
@@ -75,15 +79,34 @@ def convert(params, path, converter):
     settings.AGENT_CONFIG.init, settings.AGENT_CONFIG.sidecar = init, sidecar
     op = check_polyaxonfile(polyaxonfile=path, params=params, is_cli=False, verbose=False)
     run_uuid = uuid.uuid4().hex
-    resolver = resolve(owner_name="acme", project_name="profiling", project_uuid=uuid.uuid4().hex,
-                       run_name="job", run_uuid=run_uuid, run_path=run_uuid,
-                       compiled_operation=OperationSpecification.compile_operation(op), params=op.params)
+    resolver = resolve(
+        owner_name="acme",
+        project_name="profiling",
+        project_uuid=uuid.uuid4().hex,
+        run_name="job",
+        run_uuid=run_uuid,
+        run_path=run_uuid,
+        compiled_operation=OperationSpecification.compile_operation(op),
+        params=op.params,
+    )
     resolver = resolver[0] if isinstance(resolver, tuple) else resolver
     store = settings.AGENT_CONFIG.artifacts_store
-    resource = converter(owner_name="acme", project_name="profiling", run_name="job", run_uuid=run_uuid,
-                         namespace="polyaxon", polyaxon_init=init, polyaxon_sidecar=sidecar).get_resource(
-        compiled_operation=resolver.compiled_operation, artifacts_store=store,
-        connection_by_names={store.name: store}, secrets=None, config_maps=None, default_auth=True)
+    resource = converter(
+        owner_name="acme",
+        project_name="profiling",
+        run_name="job",
+        run_uuid=run_uuid,
+        namespace="polyaxon",
+        polyaxon_init=init,
+        polyaxon_sidecar=sidecar,
+    ).get_resource(
+        compiled_operation=resolver.compiled_operation,
+        artifacts_store=store,
+        connection_by_names={store.name: store},
+        secrets=None,
+        config_maps=None,
+        default_auth=True,
+    )
     return ApiClient().sanitize_for_serialization(resource), run_uuid
 
 
@@ -112,18 +135,40 @@ class Sandbox:
     def env(self, **extra):
         env = {k: v for k, v in os.environ.items() if not k.startswith("POLYAXON_")}
         # HOME too: the client keeps a run/project cache under ~/.polyaxon whatever POLYAXON_HOME says.
-        env.update(HOME=self.home, POLYAXON_HOME=self.home, POLYAXON_DISABLE_ERRORS_REPORTING="true",
-                   POLYAXON_UI_OFFLINE="true", POLYAXON_UI_IN_SANDBOX="true", COLUMNS="500",
-                   POLYAXON_TRACKING_FLUSH_DELAY="0", PATH=BIN + os.pathsep + env.get("PATH", ""))
+        env.update(
+            HOME=self.home,
+            POLYAXON_HOME=self.home,
+            POLYAXON_DISABLE_ERRORS_REPORTING="true",
+            POLYAXON_UI_OFFLINE="true",
+            POLYAXON_UI_IN_SANDBOX="true",
+            COLUMNS="500",
+            POLYAXON_TRACKING_FLUSH_DELAY="0",
+            PATH=BIN + os.pathsep + env.get("PATH", ""),
+        )
         env.update(extra)
         return env
 
     def start(self, timeout=180):
         self.log = open(os.path.join(self.base, "sandbox.log"), "w")
         self.proc = subprocess.Popen(
-            [os.path.join(BIN, "haupt"), "sandbox", "start", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1", "--path", self.store],
-            env=self.env(), stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                os.path.join(BIN, "haupt"),
+                "sandbox",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--path",
+                self.store,
+            ],
+            env=self.env(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -151,8 +196,14 @@ class Sandbox:
 
     def cli(self, *args, check=True, cwd=ROOT, timeout=300):
         for attempt in range(3):
-            proc = subprocess.run([os.path.join(BIN, "polyaxon"), *args], cwd=cwd, env=self.env(),
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [os.path.join(BIN, "polyaxon"), *args],
+                cwd=cwd,
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             # The sandbox now and then answers a write with 405 (Method Not Allowed): ask again.
             if proc.returncode == 0 or "405" not in proc.stdout + proc.stderr:
                 break
@@ -166,10 +217,10 @@ class Sandbox:
         os.environ["POLYAXON_HOME"] = self.home  # the client reads its host from this home's config
         from polyaxon import settings
         from polyaxon.client import PolyaxonClient, RunClient
+
         config = settings.CLIENT_CONFIG
         config.host = self.url
-        return RunClient(owner="default", project=project, run_uuid=run_uuid,
-                         client=PolyaxonClient(config=config))
+        return RunClient(owner="default", project=project, run_uuid=run_uuid, client=PolyaxonClient(config=config))
 
     def execute_queued_run(self, project, run_uuid, timeout=900):
         """The agent's part: run the queued run's resolved command, with the run's identity. Like an agent, it
@@ -187,9 +238,17 @@ class Sandbox:
         workdir = container["workingDir"].replace("/plx-context", self.context, 1)
         client.log_status("running", reason="TestAgentStandIn", message="executing the resolved command")
         proc = subprocess.run(
-            container["command"] + container["args"], cwd=workdir, capture_output=True, text=True, timeout=timeout,
-            env=self.env(POLYAXON_RUN_INSTANCE=f"default.{project}.runs.{run_uuid}", POLYAXON_IS_MANAGED="true",
-                         POLYAXON_CONTEXT_ROOT=self.context))
+            container["command"] + container["args"],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env(
+                POLYAXON_RUN_INSTANCE=f"default.{project}.runs.{run_uuid}",
+                POLYAXON_IS_MANAGED="true",
+                POLYAXON_CONTEXT_ROOT=self.context,
+            ),
+        )
         if proc.returncode == 0:
             client.log_succeeded(reason="TestAgentStandIn", message="exit 0")
         else:
@@ -211,9 +270,17 @@ class StandInAgent:
         workdir = container["workingDir"].replace("/plx-context", self.sandbox.context, 1)
         self.client.log_status("running", reason="TestAgentStandIn", message="executing the resolved command")
         self.proc = subprocess.Popen(
-            container["command"] + container["args"], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=self.sandbox.env(POLYAXON_RUN_INSTANCE=f"default.{self.project}.runs.{self.run_uuid}",
-                                            POLYAXON_IS_MANAGED="true", POLYAXON_CONTEXT_ROOT=self.sandbox.context))
+            container["command"] + container["args"],
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.sandbox.env(
+                POLYAXON_RUN_INSTANCE=f"default.{self.project}.runs.{self.run_uuid}",
+                POLYAXON_IS_MANAGED="true",
+                POLYAXON_CONTEXT_ROOT=self.sandbox.context,
+            ),
+        )
         return self
 
     def wait_for_line(self, marker, timeout=300):

@@ -1,18 +1,20 @@
 """train.py with each profiler trace export slowed, so that a test can signal the process mid-export.
 
-    python tests/slow_export.py SECONDS [train.py flags...]
+python tests/slow_export.py SECONDS [train.py flags...]
 """
+
 import os
 import runpy
 import sys
 import time
 
+from steplens.job import capture
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import profiling  # noqa: E402
 
 seconds = float(sys.argv.pop(1))
-export = profiling.TraceWriter.__call__
+export = capture.TraceWriter.__call__
 
 
 def slowed(self, prof):
@@ -28,7 +30,7 @@ def slowed(self, prof):
         self.skip = skip
 
 
-profiling.TraceWriter.__call__ = slowed
+capture.TraceWriter.__call__ = slowed
 
 train = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 sys.argv[0] = train

@@ -1,5 +1,6 @@
-"""compare.py: paired statistics and the exact sign test on fabricated records, machines never pooled,
+"""steplens compare: paired statistics and the exact sign test on fabricated records, machines never pooled,
 all-or-none outputs, real offline runs, and the Polyaxon-client path."""
+
 import csv
 import io
 import json
@@ -10,24 +11,39 @@ import subprocess
 import sys
 
 import pytest
-
-import compare
 from conftest import ROOT, TINY, run_train
+
+from steplens import stats
+from steplens.evidence import compare, comparison, runs
+from steplens.evidence.runs import CompareError
+from steplens.job import machine
 
 H200 = {"hostname": "vm", "gpu": "NVIDIA H200", "driver": "570.86.15", "torch": "2.11.0+cu130", "cuda": "13.0"}
 
 
 def rec(uuid, index, rate, mode="bench", status="succeeded", env=None, minute=None, **settings):
     """A bench (or profile) run of repeat `index`, started at minute `minute` (default: the index)."""
-    base = {"mode": mode, "workers": 0, "batch_size": 128, "data": "synthetic", "seed": 0, "bench_steps": 100,
-            "warmup_steps": 20, "repeat": index}
+    base = {
+        "mode": mode,
+        "workers": 0,
+        "batch_size": 128,
+        "data": "synthetic",
+        "seed": 0,
+        "bench_steps": 100,
+        "warmup_steps": 20,
+        "repeat": index,
+    }
     base.update(settings)
-    outputs = {"samples_per_sec": rate} if mode == "bench" else {"profiled_step_ms": 90.0, "gpu_idle_share": 0.9,
-                                                                 "input_gap_share": 0.8}
+    outputs = (
+        {"samples_per_sec": rate}
+        if mode == "bench"
+        else {"profiled_step_ms": 90.0, "gpu_idle_share": 0.9, "input_gap_share": 0.8}
+    )
     run_json = {"settings": base, "environment": {**H200, **(env or {})}, "cpu_budget": {"cpus": 4}}
     minute = index if minute is None else minute
-    return compare.record_from(uuid, f"{mode}-{uuid}", f"2026-12-02T10:{minute // 60:02d}:{minute % 60:02d}",
-                               status, base, outputs, run_json)
+    return runs.record_from(
+        uuid, f"{mode}-{uuid}", f"2026-12-02T10:{minute // 60:02d}:{minute % 60:02d}", status, base, outputs, run_json
+    )
 
 
 def study(a_rates, b_rates, **b_settings):
@@ -47,9 +63,10 @@ def groups(result, i=0):
 
 # --------------------------------------------------------------------------- unpaired figures, pairs, verdicts
 
+
 def test_groups_by_the_differing_setting_with_exact_unpaired_statistics():
     """Median, min, max and spread per group, the ratio of medians and its min/max bounds; repeat splits nothing."""
-    result = compare.compare_records(study([1.0, 2.0, 3.0, 4.0, 100.0], [10.0, 20.0, 30.0]))
+    result = comparison.compare_records(study([1.0, 2.0, 3.0, 4.0, 100.0], [10.0, 20.0, 30.0]))
     assert result["varying"] == ["workers"], "repeat must not split groups"
     a, b = table(result)["groups"]
     assert (a["group"], a["n"], a["median"], a["min"], a["max"]) == ("workers=0", 5, 3.0, 1.0, 100.0)
@@ -67,32 +84,34 @@ def test_groups_by_the_differing_setting_with_exact_unpaired_statistics():
 def test_one_or_two_runs_per_group_give_no_verdict(n):
     """`make run` then `make compare`: one window each, 3% apart, is no evidence; nor is a threefold gap at n=2."""
     for gain in (1.03, 3.0):
-        g = table(compare.compare_records(study([100.0] * n, [100.0 * gain] * n)))["groups"][1]
+        g = table(comparison.compare_records(study([100.0] * n, [100.0 * gain] * n)))["groups"][1]
         assert g["verdict"] == f"too few repeats for a verdict (n={n} pairs, need 6)"
-        assert g["sign_test"]["p"] == pytest.approx(min(1.0, 2 / 2 ** n))
+        assert g["sign_test"]["p"] == pytest.approx(min(1.0, 2 / 2**n))
 
 
 def test_exact_sign_test_p_values_and_the_pairs_it_needs():
     """p = 2 P(Binomial(n, 1/2) <= min(k, n - k)); the floor 2/2^n first drops below 0.05 at n = 6."""
-    assert compare.pairs_needed() == 6
-    assert compare.smallest_p(5) == pytest.approx(0.0625) and compare.smallest_p(6) == pytest.approx(0.03125)
-    assert compare.sign_test([1.1] * 6)["p"] == pytest.approx(2 / 64)
-    assert compare.sign_test([1.1] * 5 + [0.9])["p"] == pytest.approx(2 * 7 / 64)
-    assert compare.sign_test([1.1, 0.9] * 4)["p"] == 1.0
-    tied = compare.sign_test([1.0] + [1.1] * 6)
+    assert stats.pairs_needed() == 6
+    assert stats.smallest_p(5) == pytest.approx(0.0625) and stats.smallest_p(6) == pytest.approx(0.03125)
+    assert stats.sign_test([1.1] * 6)["p"] == pytest.approx(2 / 64)
+    assert stats.sign_test([1.1] * 5 + [0.9])["p"] == pytest.approx(2 * 7 / 64)
+    assert stats.sign_test([1.1, 0.9] * 4)["p"] == 1.0
+    tied = stats.sign_test([1.0] + [1.1] * 6)
     assert (tied["pairs"], tied["untied"], tied["p"]) == (7, 6, pytest.approx(2 / 64))
-    assert compare.verdict(compare.sign_test([1.0] * 2 + [1.1] * 5)) == \
-        "too few repeats for a verdict (n=7 pairs, 5 untied, need 6)"
+    assert (
+        stats.significance(stats.sign_test([1.0] * 2 + [1.1] * 5))
+        == "too few repeats for a verdict (n=7 pairs, 5 untied, need 6)"
+    )
 
 
 def test_a_clear_difference_at_six_pairs_gets_a_verdict():
     """Six pairs all the same way: p = 1/32 < 0.05, "faster" (or "slower" the other way round)."""
     a = [100.0, 103.0, 98.0, 101.0, 99.0, 102.0]
-    g = table(compare.compare_records(study(a, [r * 1.5 for r in a])))["groups"][1]
+    g = table(comparison.compare_records(study(a, [r * 1.5 for r in a])))["groups"][1]
     assert g["sign_test"]["p"] == pytest.approx(1 / 32) and g["verdict"] == "faster"
-    g = table(compare.compare_records(study(a, [r * 0.8 for r in a])))["groups"][1]
+    g = table(comparison.compare_records(study(a, [r * 0.8 for r in a])))["groups"][1]
     assert g["sign_test"]["p"] < 0.05 and g["verdict"] == "slower"
-    g = table(compare.compare_records(study(a, [r * (1.2 if i % 2 else 0.9) for i, r in enumerate(a)])))["groups"][1]
+    g = table(comparison.compare_records(study(a, [r * (1.2 if i % 2 else 0.9) for i, r in enumerate(a)])))["groups"][1]
     assert g["sign_test"]["p"] == 1.0 and g["verdict"] == "within the noise"
 
 
@@ -104,17 +123,22 @@ def test_identical_distributions_rarely_get_a_verdict():
         fired = 0
         for _ in range(1000):
             ratios = [rng.lognormvariate(0, 0.1) / rng.lognormvariate(0, 0.1) for _ in range(n)]
-            fired += compare.verdict(compare.sign_test(ratios)) in ("faster", "slower")
+            fired += stats.significance(stats.sign_test(ratios)) in ("faster", "slower")
         assert fired / 1000 <= most, f"n={n}: {fired} of 1000 null studies got a verdict"
 
 
 def test_pairs_follow_the_alternating_order_without_repeat_indices():
     """Without --repeat, a run pairs with its neighbour of the other group by start time, each run once."""
-    runs = [rec("a0", 0, 100.0, minute=0, repeat=None), rec("b0", 0, 110.0, minute=1, workers=4, repeat=None),
-            rec("b1", 0, 111.0, minute=2, workers=4, repeat=None), rec("a1", 0, 101.0, minute=3, repeat=None),
-            rec("a2", 0, 102.0, minute=4, repeat=None), rec("a3", 0, 103.0, minute=5, repeat=None),
-            rec("b2", 0, 112.0, minute=6, workers=4, repeat=None)]
-    g = table(compare.compare_records(runs))["groups"][1]
+    runs = [
+        rec("a0", 0, 100.0, minute=0, repeat=None),
+        rec("b0", 0, 110.0, minute=1, workers=4, repeat=None),
+        rec("b1", 0, 111.0, minute=2, workers=4, repeat=None),
+        rec("a1", 0, 101.0, minute=3, repeat=None),
+        rec("a2", 0, 102.0, minute=4, repeat=None),
+        rec("a3", 0, 103.0, minute=5, repeat=None),
+        rec("b2", 0, 112.0, minute=6, workers=4, repeat=None),
+    ]
+    g = table(comparison.compare_records(runs))["groups"][1]
     assert g["pairing"] == "start order"
     assert [(p["baseline"], p["run"]) for p in g["pairs"]] == [("a0", "b0"), ("a1", "b1"), ("a3", "b2")]
 
@@ -123,15 +147,16 @@ def test_a_slow_drift_unpaired_figures_call_noise_pairs_reveal():
     """The machine drifts by 10% per round; B is 3% faster than the A run beside it. The unpaired ranges
     overlap (bounds straddle 1), the pairs are all 1.03: "faster". Placing each B beside another A run
     (start order, no repeat index) pairs it differently, and the verdict goes."""
-    a = [100.0 * 1.1 ** i for i in range(8)]
-    g = table(compare.compare_records(study(a, [r * 1.03 for r in a])))["groups"][1]
+    a = [100.0 * 1.1**i for i in range(8)]
+    g = table(comparison.compare_records(study(a, [r * 1.03 for r in a])))["groups"][1]
     assert g["ratio_bounds"][0] < 1 < g["ratio_bounds"][1], "unpaired, the drift hides the gain"
     assert g["paired"]["min"] == pytest.approx(1.03) and g["paired"]["max"] == pytest.approx(1.03)
     assert g["verdict"] == "faster" and g["sign_test"]["p"] == pytest.approx(2 / 256)
     # The same rates, but run B_i right after A_(7-i): the alternating order decides the pairs.
-    runs = [rec(f"a{i}", i, r, minute=2 * i, repeat=None) for i, r in enumerate(a)] + \
-           [rec(f"b{i}", i, r * 1.03, minute=2 * (7 - i) + 1, workers=4, repeat=None) for i, r in enumerate(a)]
-    g = table(compare.compare_records(runs))["groups"][1]
+    runs = [rec(f"a{i}", i, r, minute=2 * i, repeat=None) for i, r in enumerate(a)] + [
+        rec(f"b{i}", i, r * 1.03, minute=2 * (7 - i) + 1, workers=4, repeat=None) for i, r in enumerate(a)
+    ]
+    g = table(comparison.compare_records(runs))["groups"][1]
     assert [(p["baseline"], p["run"]) for p in g["pairs"]][:2] == [("a0", "b7"), ("a1", "b6")]
     assert g["verdict"] == "within the noise"
 
@@ -139,21 +164,27 @@ def test_a_slow_drift_unpaired_figures_call_noise_pairs_reveal():
 def test_pairs_by_repeat_index_whatever_the_start_order():
     a = [rec("a1", 1, 100.0, minute=0), rec("a2", 2, 100.0, minute=3)]
     b = [rec("b2", 2, 150.0, minute=1, workers=4), rec("b1", 1, 120.0, minute=2, workers=4)]
-    g = table(compare.compare_records(a + b))["groups"][1]
+    g = table(comparison.compare_records(a + b))["groups"][1]
     assert g["pairing"] == "repeat index"
     assert sorted((p["baseline"], p["run"]) for p in g["pairs"]) == [("a1", "b1"), ("a2", "b2")]
 
 
 # --------------------------------------------------------------------------- grouping and machines
 
+
 def test_runs_that_differ_in_bench_or_warmup_steps_are_not_pooled():
-    records = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 5, 150.0, workers=4, bench_steps=300),
-                                                       rec("d0", 6, 150.0, workers=4, warmup_steps=5)]
-    result = compare.compare_records(records)
+    records = study([100.0, 101.0], [200.0, 201.0]) + [
+        rec("c0", 5, 150.0, workers=4, bench_steps=300),
+        rec("d0", 6, 150.0, workers=4, warmup_steps=5),
+    ]
+    result = comparison.compare_records(records)
     assert set(result["varying"]) == {"bench_steps", "warmup_steps", "workers"}
     assert {(g["group"], g["n"]) for g in table(result)["groups"]} == {
-        ("bench_steps=100, warmup_steps=20, workers=0", 2), ("bench_steps=100, warmup_steps=20, workers=4", 2),
-        ("bench_steps=300, warmup_steps=20, workers=4", 1), ("bench_steps=100, warmup_steps=5, workers=4", 1)}
+        ("bench_steps=100, warmup_steps=20, workers=0", 2),
+        ("bench_steps=100, warmup_steps=20, workers=4", 2),
+        ("bench_steps=300, warmup_steps=20, workers=4", 1),
+        ("bench_steps=100, warmup_steps=5, workers=4", 1),
+    }
 
 
 def test_switched_off_and_absent_options_are_one_group():
@@ -161,38 +192,49 @@ def test_switched_off_and_absent_options_are_one_group():
     old = rec("a0", 0, 100.0)
     assert "amp" not in old["settings"]
     new = rec("a1", 1, 101.0, amp="off", fused_sgd=False)
-    result = compare.compare_records([old, new, rec("b0", 0, 200.0, workers=4), rec("b1", 1, 201.0, workers=4)])
+    result = comparison.compare_records([old, new, rec("b0", 0, 200.0, workers=4), rec("b1", 1, 201.0, workers=4)])
     assert result["varying"] == ["workers"] and table(result)["groups"][0]["n"] == 2
 
 
-def test_the_grouping_rule_is_the_one_the_docstring_states():
+def test_the_grouping_rule_is_the_one_docs_compare_states():
     """repeat, output_dir, data_dir, trace_format and profile_detail never split groups; any other setting
     does, --force-workers included, even though it changes nothing that is measured."""
     quiet = {"output_dir": "/x", "data_dir": "/d", "trace_format": "json", "profile_detail": "lean"}
     alike = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 7, 102.0, **quiet)]
-    assert compare.compare_records(alike)["varying"] == ["workers"]
+    assert comparison.compare_records(alike)["varying"] == ["workers"]
     forced = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 7, 102.0, force_workers=True)]
-    assert compare.compare_records(forced)["varying"] == ["force_workers", "workers"]
+    assert comparison.compare_records(forced)["varying"] == ["force_workers", "workers"]
+    groups = open(os.path.join(ROOT, "docs", "COMPARE.md")).read().split("## Groups", 1)[1].split("\n## ", 1)[0]
     for name in ("repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_detail", "force_workers"):
-        assert name in compare.__doc__.replace("--force-workers", "force_workers"), f"the docstring omits {name}"
+        assert f"`{name}`" in groups, f"docs/COMPARE.md's Groups section omits {name}"
 
 
-@pytest.mark.parametrize("env,named", [({"hostname": "other"}, "host: other, vm"),
-                                       ({"driver": "550.54.15"}, "driver: 550.54.15, 570.86.15"),
-                                       ({"torch": "2.7.1+cu126"}, "torch: 2.11.0+cu130, 2.7.1+cu126")])
+@pytest.mark.parametrize(
+    "env,named",
+    [
+        ({"hostname": "other"}, "host: other, vm"),
+        ({"driver": "550.54.15"}, "driver: 550.54.15, 570.86.15"),
+        ({"torch": "2.7.1+cu126"}, "torch: 2.11.0+cu130, 2.7.1+cu126"),
+    ],
+)
 def test_runs_of_different_machines_are_refused_naming_what_differs(env, named):
-    records = study([100.0, 101.0], [200.0, 201.0]) + [rec("c0", 0, 150.0, env=env), rec("c1", 1, 250.0, env=env,
-                                                                                         workers=4)]
-    with pytest.raises(compare.CompareError, match="different machines") as e:
-        compare.compare_records(records)
+    records = study([100.0, 101.0], [200.0, 201.0]) + [
+        rec("c0", 0, 150.0, env=env),
+        rec("c1", 1, 250.0, env=env, workers=4),
+    ]
+    with pytest.raises(runs.CompareError, match="different machines") as e:
+        comparison.compare_records(records)
     assert named in str(e.value) and "--per-host" in str(e.value) and "\n" not in str(e.value)
-    result = compare.compare_records(records, per_host=True)
+    result = comparison.compare_records(records, per_host=True)
     assert len(result["tables"]) == 2
     assert sorted(sum(g["n"] for g in t["groups"]) for t in result["tables"]) == [2, 4]
 
 
-ONE = {"machine_id": "3d1219c7c4c5404aaa1f6d2a48adfda4", "boot_id": "5171a097-051d-43fb-bfc8-dafd757006a4",
-       "gpu_uuid": "GPU-8c1a2b3d-0000-1111-2222-333344445555"}
+ONE = {
+    "machine_id": "3d1219c7c4c5404aaa1f6d2a48adfda4",
+    "boot_id": "5171a097-051d-43fb-bfc8-dafd757006a4",
+    "gpu_uuid": "GPU-8c1a2b3d-0000-1111-2222-333344445555",
+}
 
 
 def test_two_machines_sharing_a_hostname_are_compared_apart_and_never_paired():
@@ -201,10 +243,10 @@ def test_two_machines_sharing_a_hostname_are_compared_apart_and_never_paired():
     other = {**ONE, "machine_id": "9f00aa11bb22cc33dd44ee55ff667788"}
     a = [rec(f"a{i}", i, 100.0 + i, minute=2 * i, env=ONE) for i in range(3)]
     b = [rec(f"b{i}", i, 200.0 + i, minute=2 * i + 1, env=other, workers=4) for i in range(3)]
-    with pytest.raises(compare.CompareError, match="different machines") as e:
-        compare.compare_records(a + b)
+    with pytest.raises(runs.CompareError, match="different machines") as e:
+        comparison.compare_records(a + b)
     assert "machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, 9f00aa11bb22cc33dd44ee55ff667788" in str(e.value)
-    result = compare.compare_records(a + b, per_host=True)
+    result = comparison.compare_records(a + b, per_host=True)
     assert len(result["tables"]) == 2
     for t in result["tables"]:
         assert [g["verdict"] for g in t["groups"]] == ["baseline"], "one machine's runs must not pair with the other's"
@@ -213,68 +255,84 @@ def test_two_machines_sharing_a_hostname_are_compared_apart_and_never_paired():
 
 
 def test_runs_of_one_machine_id_pool_and_its_label_stays_short():
-    result = compare.compare_records([rec(f"a{i}", i, 100.0, minute=2 * i, env=ONE) for i in range(6)]
-                                     + [rec(f"b{i}", i, 110.0, minute=2 * i + 1, env=ONE, workers=4) for i in range(6)])
+    result = comparison.compare_records(
+        [rec(f"a{i}", i, 100.0, minute=2 * i, env=ONE) for i in range(6)]
+        + [rec(f"b{i}", i, 110.0, minute=2 * i + 1, env=ONE, workers=4) for i in range(6)]
+    )
     (t,) = result["tables"]
     assert groups(result)["workers=4"]["verdict"] == "faster"
-    assert t["machine_label"] == ("host vm (machine id 3d1219c7, boot id 5171a097, GPU 8c1a2b3d): NVIDIA H200, "
-                                  "driver 570.86.15, torch 2.11.0+cu130, CUDA 13.0, 4 CPUs")
+    assert t["machine_label"] == (
+        "host vm (machine id 3d1219c7, boot id 5171a097, GPU 8c1a2b3d): NVIDIA H200, "
+        "driver 570.86.15, torch 2.11.0+cu130, CUDA 13.0, 4 CPUs"
+    )
 
 
 def test_runs_with_and_without_machine_ids_are_never_pooled_silently():
-    """A run recorded before the ids (no machine_id) and a run with them: two machines as far as compare.py can
+    """A run recorded before the ids (no machine_id) and a run with them: two machines as far as steplens compare can
     tell, named "not recorded"; older runs alone still compare on the hostname and the other facts."""
     old = study([100.0, 101.0], [200.0, 201.0])
-    assert len(compare.compare_records(old)["tables"]) == 1
-    assert compare.machine_label(compare.machine_key(old[0])).startswith("host vm (machine id not recorded, boot id not recorded, GPU not recorded)")
+    assert len(comparison.compare_records(old)["tables"]) == 1
+    assert comparison.machine_label(comparison.machine_key(old[0])).startswith(
+        "host vm (machine id not recorded, boot id not recorded, GPU not recorded)"
+    )
     new = [rec("n0", 0, 100.0, env=ONE)]
-    with pytest.raises(compare.CompareError, match="machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, not recorded"):
-        compare.compare_records(old + new)
+    with pytest.raises(runs.CompareError, match="machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, not recorded"):
+        comparison.compare_records(old + new)
 
 
 def test_machine_ids_are_outputs_among_the_comparable_facts_and_read_back(tmp_path):
     """runinfo reads the ids from their files (an empty or uninitialized machine id is none); the outputs carry
-    them as env_*, and compare.py reads them from the outputs as from run.json."""
-    import runinfo
+    them as env_*, and steplens compare reads them from the outputs as from run.json."""
     (tmp_path / "etc").write_text("uninitialized\n")
     (tmp_path / "dbus").write_text("abc123\n")
     (tmp_path / "boot").write_text("b00t\n")
-    assert runinfo.host_ids([str(tmp_path / "etc"), str(tmp_path / "dbus")], str(tmp_path / "boot")) == \
-        {"machine_id": "abc123", "boot_id": "b00t"}
-    assert runinfo.host_ids([str(tmp_path / "absent")], str(tmp_path / "absent")) == {"machine_id": None, "boot_id": None}
+    assert machine.host_ids([str(tmp_path / "etc"), str(tmp_path / "dbus")], str(tmp_path / "boot")) == {
+        "machine_id": "abc123",
+        "boot_id": "b00t",
+    }
+    assert machine.host_ids([str(tmp_path / "absent")], str(tmp_path / "absent")) == {
+        "machine_id": None,
+        "boot_id": None,
+    }
     import torch
-    assert runinfo.gpu_uuid(torch, torch.device("cpu")) is None
-    facts = runinfo.comparable_facts({**H200, **ONE}, {"cpus": 4})
-    assert (facts["env_machine_id"], facts["env_boot_id"], facts["env_gpu_uuid"]) == \
-        (ONE["machine_id"], ONE["boot_id"], ONE["gpu_uuid"])
-    from_outputs = compare.record_from("u", "n", None, "succeeded", {"mode": "bench"}, {**facts, "samples_per_sec": 1.0},
-                                       None)
-    assert compare.machine_key(from_outputs) == compare.machine_key(rec("r", 0, 1.0, env=ONE))
+
+    assert machine.gpu_uuid(torch.device("cpu")) is None
+    facts = machine.comparable_facts({**H200, **ONE}, {"cpus": 4})
+    assert (facts["env_machine_id"], facts["env_boot_id"], facts["env_gpu_uuid"]) == (
+        ONE["machine_id"],
+        ONE["boot_id"],
+        ONE["gpu_uuid"],
+    )
+    from_outputs = runs.record_from(
+        "u", "n", None, "succeeded", {"mode": "bench"}, {**facts, "samples_per_sec": 1.0}, None
+    )
+    assert comparison.machine_key(from_outputs) == comparison.machine_key(rec("r", 0, 1.0, env=ONE))
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_gpu_uuid_is_the_one_nvidia_smi_names():
     import torch
-    import runinfo
+
     smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True)
-    assert runinfo.gpu_uuid(torch, torch.device("cuda", 0)) in smi.stdout.split(), smi.stdout
+    assert machine.gpu_uuid(torch.device("cuda", 0)) in smi.stdout.split(), smi.stdout
 
 
 def test_the_shared_sign_test_is_the_binomial_tail():
-    """compare.py's two-sided p from ranks.sign_test_p equals 2 P(X <= min(k, n - k)) counted exactly."""
+    """steplens compare's two-sided p from ranks.sign_test_p equals 2 P(X <= min(k, n - k)) counted exactly."""
     import math
+
     for n in range(0, 13):
         for k in range(n + 1):
-            exact = min(1.0, 2 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n)
-            assert compare.sign_test([1.1] * k + [0.9] * (n - k))["p"] == pytest.approx(exact, abs=1e-12), (n, k)
+            exact = min(1.0, 2 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n)
+            assert stats.sign_test([1.1] * k + [0.9] * (n - k))["p"] == pytest.approx(exact, abs=1e-12), (n, k)
 
 
 def test_baseline_choice_and_unknown_baseline():
-    result = compare.compare_records(study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]), baseline="workers=4")
+    result = comparison.compare_records(study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]), baseline="workers=4")
     first, second = table(result)["groups"]
     assert first["group"] == "workers=4" and second["ratio"] == pytest.approx(2 / 20)
-    with pytest.raises(compare.CompareError, match="none of the groups"):
-        compare.compare_records(study([1.0], [2.0]), baseline="workers=3")
+    with pytest.raises(CompareError, match="none of the groups"):
+        comparison.compare_records(study([1.0], [2.0]), baseline="workers=3")
 
 
 def test_a_baseline_named_by_settings_survives_a_group_that_joins_later():
@@ -282,28 +340,41 @@ def test_a_baseline_named_by_settings_survives_a_group_that_joins_later():
     labels grow ("batch_size=128, workers=0"), and the baseline is still the one group with batch 128; a
     setting that several groups share is refused, naming the groups."""
     runs = study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0], batch_size=256)  # groups differ in workers and batch_size
-    result = compare.compare_records(runs, baseline="batch_size=128")
+    result = comparison.compare_records(runs, baseline="batch_size=128")
     first, second = table(result)["groups"]
     assert first["group"] == "batch_size=128, workers=0" and second["ratio"] == pytest.approx(20 / 2)
-    result = compare.compare_records(runs, baseline="workers=4, batch_size=256")  # not a label: settings
+    result = comparison.compare_records(runs, baseline="workers=4, batch_size=256")  # not a label: settings
     assert table(result)["groups"][0]["group"] == "batch_size=256, workers=4"
     off = study([1.0, 2.0], [3.0, 4.0], compile="default")  # groups: workers=0 (compile off), workers=4 + compile
-    assert table(compare.compare_records(off, baseline="compile=off"))["groups"][0]["group"] == "workers=0"
-    assert table(compare.compare_records(off, baseline="compile=default"))["groups"][0]["group"].endswith("workers=4")
-    with pytest.raises(compare.CompareError, match="matches 2 groups .all their runs have batch_size=128."):
-        compare.compare_records(study([1.0], [2.0]), baseline="batch_size=128")
-    with pytest.raises(compare.CompareError, match="none of the groups"):
-        compare.compare_records(runs, baseline="batch_size=512")
+    assert table(comparison.compare_records(off, baseline="compile=off"))["groups"][0]["group"] == "workers=0"
+    assert table(comparison.compare_records(off, baseline="compile=default"))["groups"][0]["group"].endswith(
+        "workers=4"
+    )
+    with pytest.raises(CompareError, match="matches 2 groups .all their runs have batch_size=128."):
+        comparison.compare_records(study([1.0], [2.0]), baseline="batch_size=128")
+    with pytest.raises(CompareError, match="none of the groups"):
+        comparison.compare_records(runs, baseline="batch_size=512")
 
 
 # --------------------------------------------------------------------------- left out, figures beside the rates
 
+
 def test_profile_failed_and_inputless_runs_are_left_out_and_named():
     records = study([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]) + [
-        rec("p0", 30, None, mode="profile"), rec("f0", 31, 5.0, status="failed"),
-        compare.record_from("e0", "bench-workers0", "2026-12-02T11:00:00", "failed", None, None, None,
-                            [{"type": "failed", "reason": "UserError", "message": "CIFAR-10 is not in ./data"}])]
-    result = compare.compare_records(records)
+        rec("p0", 30, None, mode="profile"),
+        rec("f0", 31, 5.0, status="failed"),
+        runs.record_from(
+            "e0",
+            "bench-workers0",
+            "2026-12-02T11:00:00",
+            "failed",
+            None,
+            None,
+            None,
+            [{"type": "failed", "reason": "UserError", "message": "CIFAR-10 is not in ./data"}],
+        ),
+    ]
+    result = comparison.compare_records(records)
     why = {r["uuid"]: r["why"] for r in result["left_out"]}
     assert set(why) == {"p0", "f0", "e0"}
     assert "profile run" in why["p0"] and why["f0"].startswith("status failed")
@@ -319,12 +390,12 @@ def test_the_evidence_row_names_its_capture_and_the_profiler_s_distortion():
     ratio; the CSV carries them too."""
     profile = rec("p0", 30, None, mode="profile", profile_detail="lean")
     profile["outputs"].update(unprofiled_step_ms=9.94, profiler_distortion=1.578, profiler_distortion_se=0.157)
-    result = compare.compare_records(study([1.0, 2.0], [3.0, 4.0]) + [profile])
+    result = comparison.compare_records(study([1.0, 2.0], [3.0, 4.0]) + [profile])
     text = compare.markdown(result)
     row = next(line for line in text.splitlines() if line.startswith("| workers=0 | lean |"))
     assert "| 90.0 | 9.9 | 1.58x +/- 0.16 |" in row
     profile["outputs"].update(profiler_distortion=1.0441, profiler_distortion_se=0.0021)  # a graph replay's
-    text = compare.markdown(compare.compare_records(study([1.0, 2.0], [3.0, 4.0]) + [profile]))
+    text = compare.markdown(comparison.compare_records(study([1.0, 2.0], [3.0, 4.0]) + [profile]))
     assert "| 1.044x +/- 0.002 |" in text, "an error below 0.005 keeps three decimals, not +/- 0.00"
     rows = list(csv.DictReader(io.StringIO(compare.csv_text(result))))
     assert rows[0]["profile_detail"] == "lean" and float(rows[0]["profiler_distortion"]) == 1.578
@@ -334,42 +405,60 @@ def test_the_evidence_row_names_its_capture_and_the_profiler_s_distortion():
 def test_a_window_that_crossed_an_epoch_boundary_is_named_in_a_warning():
     records = study([1.0, 2.0], [3.0, 4.0])
     records[1]["window_restarts"] = 1
-    result = compare.compare_records(records)
+    result = comparison.compare_records(records)
     assert any(w.startswith("the timed window of a1 crossed an epoch boundary") for w in result["warnings"])
-    assert not any("epoch" in w for w in compare.compare_records(study([1.0, 2.0], [3.0, 4.0]))["warnings"])
-    r = compare.record_from("x", "bench-x", "2026-12-02T10:00:00", "succeeded", {"mode": "bench"},
-                            {"samples_per_sec": 1.0}, {"results": {"epoch_restarts_in_window": 2}})
+    assert not any("epoch" in w for w in comparison.compare_records(study([1.0, 2.0], [3.0, 4.0]))["warnings"])
+    r = runs.record_from(
+        "x",
+        "bench-x",
+        "2026-12-02T10:00:00",
+        "succeeded",
+        {"mode": "bench"},
+        {"samples_per_sec": 1.0},
+        {"results": {"epoch_restarts_in_window": 2}},
+    )
     assert r["window_restarts"] == 2
 
 
 def test_only_profile_runs_is_an_error():
-    with pytest.raises(compare.CompareError, match="no succeeded bench runs"):
-        compare.compare_records([rec("p0", 0, None, mode="profile")])
+    with pytest.raises(runs.CompareError, match="no succeeded bench runs"):
+        comparison.compare_records([rec("p0", 0, None, mode="profile")])
 
 
 def test_a_profile_run_of_another_option_is_not_a_group_s_evidence():
     records = study([1.0, 2.0], [3.0, 4.0]) + [rec("p1", 30, None, mode="profile", workers=4, fused_sgd=True)]
-    assert [g["evidence"] for g in table(compare.compare_records(records))["groups"]] == [None, None]
+    assert [g["evidence"] for g in table(comparison.compare_records(records))["groups"]] == [None, None]
 
 
 def graphed(i, rate, ms, old_names=False):
     r = rec(f"g{i}", i, rate, gpu_input=True, cuda_graph=True)
     allowed = 128 / (ms / 1000)
-    names = ("gpu_limit_samples_per_sec", "share_of_gpu_limit") if old_names else \
-        ("gpu_time_samples_per_sec", "gpu_bound_share")
+    names = (
+        ("gpu_limit_samples_per_sec", "share_of_gpu_limit")
+        if old_names
+        else ("gpu_time_samples_per_sec", "gpu_bound_share")
+    )
     outputs = {"gpu_ms_per_step": ms, names[0]: allowed, names[1]: rate / allowed}
-    return compare.record_from(r["uuid"], r["name"], r["created_at"], "succeeded", r["settings"],
-                               {**r["outputs"], **outputs}, {"settings": r["settings"], "environment": H200,
-                                                             "cpu_budget": {"cpus": 4}})
+    return runs.record_from(
+        r["uuid"],
+        r["name"],
+        r["created_at"],
+        "succeeded",
+        r["settings"],
+        {**r["outputs"], **outputs},
+        {"settings": r["settings"], "environment": H200, "cpu_budget": {"cpus": 4}},
+    )
 
 
 @pytest.mark.parametrize("old_names", [False, True])
 def test_gpu_bound_share_only_where_every_run_measured_it(old_names):
     """--cuda-graph runs: the window's rate over the rate the step's GPU time allows; older runs' outputs
     (share_of_gpu_limit, gpu_limit_samples_per_sec) are read under the new name."""
-    runs = [graphed(i, rate, ms, old_names) for i, (rate, ms) in enumerate([(50_000.0, 2.5), (51_000.0, 2.4),
-                                                                             (49_000.0, 2.6)])]
-    result = compare.compare_records(runs + [rec(f"p{i}", i, r) for i, r in enumerate([1e4, 1.1e4, 1.2e4])])
+    runs = [
+        graphed(i, rate, ms, old_names)
+        for i, (rate, ms) in enumerate([(50_000.0, 2.5), (51_000.0, 2.4), (49_000.0, 2.6)])
+    ]
+    result = comparison.compare_records(runs + [rec(f"p{i}", i, r) for i, r in enumerate([1e4, 1.1e4, 1.2e4])])
     by_label = groups(result)
     assert by_label["defaults"]["gpu_bound"] is None
     b = by_label["cuda_graph=True, gpu_input=True"]["gpu_bound"]
@@ -380,16 +469,19 @@ def test_gpu_bound_share_only_where_every_run_measured_it(old_names):
 
 
 def with_flops(r, tflops, mfu, peak=494.5, precision="tf32"):
-    r["outputs"].update(flops_per_sample=3_328_997_376, model_tflops_per_sec=tflops, mfu=mfu, peak_tflops=peak,
-                        peak_precision=precision)
+    r["outputs"].update(
+        flops_per_sample=3_328_997_376, model_tflops_per_sec=tflops, mfu=mfu, peak_tflops=peak, peak_precision=precision
+    )
     return r
 
 
 def test_tflops_and_mfu_per_group_and_absent_for_older_runs():
     a = [rec(f"a{i}", i, r) for i, r in enumerate([3000.0, 3100.0])]  # older runs: no FLOP outputs
-    b = [with_flops(rec(f"b{i}", i, r, workers=4), r * 3.329e9 / 1e12, r * 3.329e9 / 1e12 / 494.5)
-         for i, r in enumerate([11_000.0, 12_000.0])]
-    result = compare.compare_records(a + b)
+    b = [
+        with_flops(rec(f"b{i}", i, r, workers=4), r * 3.329e9 / 1e12, r * 3.329e9 / 1e12 / 494.5)
+        for i, r in enumerate([11_000.0, 12_000.0])
+    ]
+    result = comparison.compare_records(a + b)
     c = groups(result)["workers=4"]["ceiling"]
     assert c["median_tflops"] == pytest.approx(11_500 * 3.329e9 / 1e12)
     assert c["median_mfu"] == pytest.approx(c["median_tflops"] / 494.5) and c["peaks"] == [(494.5, "tf32")]
@@ -400,26 +492,31 @@ def test_tflops_and_mfu_per_group_and_absent_for_older_runs():
 
 
 def test_a_run_without_its_flop_count_makes_the_group_s_gflop_per_sample_absent_not_zero():
-    runs = [with_flops(rec(f"a{i}", i, r), r * 3.329e9 / 1e12, r * 3.329e9 / 1e12 / 494.5)
-            for i, r in enumerate([11_000.0, 12_000.0])]
+    runs = [
+        with_flops(rec(f"a{i}", i, r), r * 3.329e9 / 1e12, r * 3.329e9 / 1e12 / 494.5)
+        for i, r in enumerate([11_000.0, 12_000.0])
+    ]
     del runs[1]["outputs"]["flops_per_sample"]
-    result = compare.compare_records(runs)
+    result = comparison.compare_records(runs)
     assert table(result)["groups"][0]["ceiling"]["flops_per_sample"] is None
     assert "| all runs | n/a | 38.28 |" in compare.markdown(result)
 
 
 def test_mfu_absent_on_the_cpu_says_why():
-    runs = [with_flops(rec(f"a{i}", i, 10.0, env={"gpu": "cpu", "driver": None}), 0.03, None, None, None)
-            for i in range(2)]
-    c = table(compare.compare_records(runs))["groups"][0]["ceiling"]
+    runs = [
+        with_flops(rec(f"a{i}", i, 10.0, env={"gpu": "cpu", "driver": None}), 0.03, None, None, None) for i in range(2)
+    ]
+    c = table(comparison.compare_records(runs))["groups"][0]["ceiling"]
     assert c["median_mfu"] is None and c["mfu_note"] == "CPU run: no GPU peak"
 
 
 # --------------------------------------------------------------------------- files
 
+
 def test_outputs_written_and_the_plot_is_a_png(tmp_path):
-    paths, note = compare.write_outputs(compare.compare_records(study([1.0, 2.0, 3.0, 4.0, 100.0],
-                                                                      [10.0, 20.0, 30.0])), str(tmp_path))
+    paths, note = compare.write_outputs(
+        comparison.compare_records(study([1.0, 2.0, 3.0, 4.0, 100.0], [10.0, 20.0, 30.0])), str(tmp_path)
+    )
     assert note is None
     with open(paths["png"], "rb") as f:
         head = f.read(8)
@@ -437,7 +534,7 @@ def test_outputs_written_and_the_plot_is_a_png(tmp_path):
 @pytest.mark.parametrize("breaks", ["plot", "csv_text"])
 def test_outputs_are_all_or_none(tmp_path, monkeypatch, breaks):
     """A failure while writing any output leaves the previous outputs exactly as they were, and no temp file."""
-    result = compare.compare_records(study([1.0, 2.0], [3.0, 4.0]))
+    result = comparison.compare_records(study([1.0, 2.0], [3.0, 4.0]))
     compare.write_outputs(result, str(tmp_path))
     before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)}
 
@@ -446,7 +543,7 @@ def test_outputs_are_all_or_none(tmp_path, monkeypatch, breaks):
 
     monkeypatch.setattr(compare, breaks, fail)
     with pytest.raises(RuntimeError, match="disk full"):
-        compare.write_outputs(compare.compare_records(study([5.0, 6.0], [7.0, 8.0])), str(tmp_path))
+        compare.write_outputs(comparison.compare_records(study([5.0, 6.0], [7.0, 8.0])), str(tmp_path))
     assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)} == before
 
 
@@ -454,24 +551,49 @@ def write_offline_run(root, uuid, created_at, inputs, outputs, status="succeeded
     """A minimal offline run folder (run.plx.json only), as train.py leaves one."""
     os.makedirs(os.path.join(root, "runs", uuid), exist_ok=True)
     with open(os.path.join(root, "runs", uuid, "run.plx.json"), "w") as f:
-        json.dump({"uuid": uuid, "name": f"bench-{uuid}", "created_at": created_at, "status": status,
-                   "inputs": inputs, "outputs": outputs}, f)
+        json.dump(
+            {
+                "uuid": uuid,
+                "name": f"bench-{uuid}",
+                "created_at": created_at,
+                "status": status,
+                "inputs": inputs,
+                "outputs": outputs,
+            },
+            f,
+        )
 
 
 def fabricated_offline(root, hosts=("vm",)):
     for h, host in enumerate(hosts):
         for i in range(2):
             for w, workers in enumerate((0, 4)):
-                facts = {"env_host": host, "env_gpu": "NVIDIA H200", "env_driver": "570.86.15",
-                         "env_torch": "2.11.0+cu130", "env_cuda": "13.0", "env_cpu_budget": 4}
-                write_offline_run(root, f"{host}{i}{w}", f"2026-12-02T1{h}:0{i}:{w}0+00:00",
-                                  {"mode": "bench", "workers": workers, "repeat": i},
-                                  {"samples_per_sec": 1000.0 * (1 + 3 * w) + i, **facts})
+                facts = {
+                    "env_host": host,
+                    "env_gpu": "NVIDIA H200",
+                    "env_driver": "570.86.15",
+                    "env_torch": "2.11.0+cu130",
+                    "env_cuda": "13.0",
+                    "env_cpu_budget": 4,
+                }
+                write_offline_run(
+                    root,
+                    f"{host}{i}{w}",
+                    f"2026-12-02T1{h}:0{i}:{w}0+00:00",
+                    {"mode": "bench", "workers": workers, "repeat": i},
+                    {"samples_per_sec": 1000.0 * (1 + 3 * w) + i, **facts},
+                )
 
 
 def run_compare(*args, env=None):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), *args], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "steplens", "compare", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def test_an_offline_folder_that_does_not_exist_is_named_so(tmp_path):
@@ -502,18 +624,22 @@ def test_without_matplotlib_the_tables_are_written_and_one_line_says_so(tmp_path
     out = tmp_path / "out"
     out.mkdir()
     (out / "comparison.png").write_bytes(b"an older picture")
-    code = ("import runpy, sys; sys.modules['matplotlib'] = None; "
-            f"sys.argv = ['compare.py', '--offline', {str(root)!r}, '--out', {str(out)!r}]; "
-            f"runpy.run_path({os.path.join(ROOT, 'compare.py')!r}, run_name='__main__')")
+    code = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; "
+        f"sys.argv = ['steplens', 'compare', '--offline', {str(root)!r}, '--out', {str(out)!r}]; "
+        "runpy.run_module('steplens', run_name='__main__')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    notes = [l for l in proc.stderr.splitlines() if l.startswith("compare.py:")]
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("steplens compare:")]
     assert len(notes) == 1 and "needs matplotlib (pip install matplotlib)" in notes[0], proc.stderr
-    assert sorted(os.listdir(out)) == ["comparison.csv", "comparison.json", "comparison.md"], \
+    assert sorted(os.listdir(out)) == ["comparison.csv", "comparison.json", "comparison.md"], (
         "the older picture no longer matches the tables"
+    )
 
 
 # --------------------------------------------------------------------------- real runs
+
 
 @pytest.fixture(scope="module")
 def offline_study(tmp_path_factory, profile_run):
@@ -526,8 +652,9 @@ def offline_study(tmp_path_factory, profile_run):
     os.makedirs(root / "runs")
     shutil.copytree(os.path.join(profile_run["root"], "runs", profile_run["uuid"]), root / "runs" / profile_run["uuid"])
     for workers, repeat in ((0, 1), (1, 1), (1, 2)):
-        proc = run_train(["--mode", "bench", "--bench-steps", "3", "--workers", str(workers), "--repeat", str(repeat),
-                          *TINY], root)
+        proc = run_train(
+            ["--mode", "bench", "--bench-steps", "3", "--workers", str(workers), "--repeat", str(repeat), *TINY], root
+        )
         assert proc.returncode == 0, proc.stderr
     return root
 
@@ -548,7 +675,7 @@ def test_compare_cli_over_real_offline_runs(offline_study, tmp_path):
 
 
 def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, tmp_path):
-    """Offline runs pushed to a real server, read back by compare.py -p from the listing's outputs alone:
+    """Offline runs pushed to a real server, read back by steplens compare -p from the listing's outputs alone:
     train.py's env_* outputs make every run.json download unnecessary."""
     sandbox.cli("project", "create", "--name", "study")
     for uuid in os.listdir(offline_study / "runs"):
@@ -584,12 +711,15 @@ def test_compare_downloads_run_json_for_older_runs(sandbox, tmp_path):
 
 
 def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, tmp_path):
-    """Run as a Polyaxon run, compare.py logs its PNG as an image event and its tables as artifacts."""
+    """Run as a Polyaxon run, steplens compare logs its PNG as an image event and its tables as artifacts."""
     sandbox.cli("project", "create", "--name", "cmp")
     client = sandbox.run_client("cmp")
     run = client.create(name="compare-study")
-    env = sandbox.env(POLYAXON_RUN_INSTANCE=f"default.cmp.runs.{run.uuid}", POLYAXON_IS_MANAGED="true",
-                      POLYAXON_CONTEXT_ROOT=sandbox.context)
+    env = sandbox.env(
+        POLYAXON_RUN_INSTANCE=f"default.cmp.runs.{run.uuid}",
+        POLYAXON_IS_MANAGED="true",
+        POLYAXON_CONTEXT_ROOT=sandbox.context,
+    )
     proc = run_compare("--offline", str(offline_study), "--out", str(tmp_path), env=env)
     assert proc.returncode == 0, proc.stderr
     store = os.path.join(sandbox.store, run.uuid)
@@ -603,15 +733,39 @@ def test_the_lever_study_turns_its_order_each_round(tmp_path):
     """scripts/lever_study.sh with a stand-in Python that only logs its arguments: round 1 runs a b c, round 2
     b c a, round 3 c a b, then MORE rounds of the MORE_CONFIGS turn on; every job carries its round."""
     stub = tmp_path / "py"
-    stub.write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path}/calls\n")
+    stub.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n')
     stub.chmod(0o755)
-    env = {**os.environ, "PY": str(stub), "PIN": "", "PROFILE": "0",
-           "CONFIGS": "--seed 1;--seed 2;--seed 3", "MORE_CONFIGS": "--seed 1;--seed 3"}
-    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "lever_study.sh"), str(tmp_path / "root"), "3", "2"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PY": str(stub),
+        "PIN": "",
+        "PROFILE": "0",
+        "CONFIGS": "--seed 1;--seed 2;--seed 3",
+        "MORE_CONFIGS": "--seed 1;--seed 3",
+    }
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "lever_study.sh"), str(tmp_path / "root"), "3", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
     jobs = [(c.split("--seed ")[1].split()[0], c.split("--repeat ")[1].split()[0]) for c in calls if "train.py" in c]
-    assert jobs == [("1", "1"), ("2", "1"), ("3", "1"), ("2", "2"), ("3", "2"), ("1", "2"),
-                    ("3", "3"), ("1", "3"), ("2", "3"), ("3", "4"), ("1", "4"), ("1", "5"), ("3", "5")], jobs
-    assert calls[-1].startswith("compare.py --offline")
+    assert jobs == [
+        ("1", "1"),
+        ("2", "1"),
+        ("3", "1"),
+        ("2", "2"),
+        ("3", "2"),
+        ("1", "2"),
+        ("3", "3"),
+        ("1", "3"),
+        ("2", "3"),
+        ("3", "4"),
+        ("1", "4"),
+        ("1", "5"),
+        ("3", "5"),
+    ], jobs
+    assert calls[-1].startswith("-m steplens compare --offline")

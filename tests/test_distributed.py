@@ -1,4 +1,5 @@
 """train.py --ddp under torchrun on the CPU (gloo, two ranks): per-rank traces, the slow rank found, the global rate."""
+
 import glob
 import gzip
 import json
@@ -8,12 +9,10 @@ import sys
 
 import pytest
 import torch
-
-import distributed
-import ranks
-import summarize
-import data
 from conftest import ROOT, SLOW_MS, TINY, load_offline_run, polyaxon_env, run_torchrun, run_train, single_run
+
+from steplens.evidence import ranks, summarize
+from steplens.job import data, distributed, rank_outputs
 
 
 def read_json(path):
@@ -32,8 +31,10 @@ def test_every_rank_writes_its_traces_on_the_same_steps(ddp_profile):
     steps = {}
     for rank in (0, 1):
         traces = rank_traces(out, rank)
-        assert [os.path.basename(t) for t in traces] == ["trace-cycle1-steps2-4.pt.trace.json.gz",
-                                                         "trace-cycle2-steps7-9.pt.trace.json.gz"]
+        assert [os.path.basename(t) for t in traces] == [
+            "trace-cycle1-steps2-4.pt.trace.json.gz",
+            "trace-cycle2-steps7-9.pt.trace.json.gz",
+        ]
         steps[rank] = [s["step"] for t in traces for s in summarize.summarize_file(t)["steps"]]
         assert all(ranks.trace_rank(t) == rank for t in traces), "distributedInfo.rank must name the rank"
         with gzip.open(traces[0], "rt") as f:
@@ -50,7 +51,9 @@ def test_the_evidence_across_ranks_names_the_slow_rank_and_its_input(ddp_profile
     # CPUs for hundreds of ms, a step can go to rank 0, and the verdict then rightly says so.
     per_step = [(s["step"], s["slowest_rank"]) for s in across["per_step"]]
     assert across["slowest_rank"] == 1 and across["slow_stage"] == "input/next_batch", (across["verdict"], per_step)
-    assert 0.9 * SLOW_MS * 1e3 < across["stage_excess_us"]["input/next_batch"] < 2 * SLOW_MS * 1e3, across["stage_excess_us"]
+    assert 0.9 * SLOW_MS * 1e3 < across["stage_excess_us"]["input/next_batch"] < 2 * SLOW_MS * 1e3, across[
+        "stage_excess_us"
+    ]
     # The sign test: the slowest in every one of the six aligned steps (the fewest for a verdict with two ranks).
     test = across["straggler_test"]
     assert (test["slowest_in"], test["steps"], test["steps_needed"]) == (6, 6, 6) and test["p"] < 0.05, test
@@ -61,8 +64,12 @@ def test_the_evidence_across_ranks_names_the_slow_rank_and_its_input(ddp_profile
     assert across["per_rank"]["0"]["exposed_comm_us"] > across["per_rank"]["1"]["exposed_comm_us"] + 100_000
     run = load_offline_run(ddp_profile["root"], ddp_profile["uuid"])
     assert run["outputs"]["slowest_rank"] == 1 and run["outputs"]["slow_stage"] == "input/next_batch"
-    cli = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), os.path.join(ddp_profile["outputs"], "traces"),
-                          "--json"], capture_output=True, text=True, timeout=300)
+    cli = subprocess.run(
+        [sys.executable, "-m", "steplens", "ranks", os.path.join(ddp_profile["outputs"], "traces"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert cli.returncode == 0, cli.stderr
     again = json.loads(cli.stdout)
     assert (again["slowest_rank"], again["slow_stage"]) == (1, "input/next_batch")
@@ -70,10 +77,16 @@ def test_the_evidence_across_ranks_names_the_slow_rank_and_its_input(ddp_profile
 
 def test_per_rank_figures_obey_their_invariants(ddp_profile):
     """Per rank and step: 0 <= exposed comm <= comm <= wall, work = wall - exposed, the scopes fit in the
-    step, the wall agrees with summarize.py's, and each spread is max - min across ranks."""
+    step, the wall agrees with steplens summarize's, and each spread is max - min across ranks."""
     across = read_json(os.path.join(ddp_profile["outputs"], "traces", "ranks.evidence.json"))
-    walls = {r: {s["step"]: s["wall_us"] for t in rank_traces(ddp_profile["outputs"], r)
-                 for s in summarize.summarize_file(t)["steps"]} for r in (0, 1)}
+    walls = {
+        r: {
+            s["step"]: s["wall_us"]
+            for t in rank_traces(ddp_profile["outputs"], r)
+            for s in summarize.summarize_file(t)["steps"]
+        }
+        for r in (0, 1)
+    }
     for step in across["per_step"]:
         for r, f in step["ranks"].items():
             assert 0 <= f["exposed_comm_us"] <= f["comm_us"] + 1e-6 <= f["wall_us"] + 1e-6, f
@@ -98,8 +111,14 @@ def test_rank_records_and_files_reach_the_one_run(ddp_profile):
     assert other["polyaxon"]["run_uuid"] == ddp_profile["uuid"]
     lineage = read_json(os.path.join(ddp_profile["root"], "runs", ddp_profile["uuid"], "lineages.plx.json"))
     names = {a["name"] for a in lineage}
-    assert {"trace-cycle1", "rank1-trace-cycle1", "rank1-trace-cycle2", "rank1-run-json", "evidence-ranks",
-            "run-json"} <= names, names
+    assert {
+        "trace-cycle1",
+        "rank1-trace-cycle1",
+        "rank1-trace-cycle2",
+        "rank1-run-json",
+        "evidence-ranks",
+        "run-json",
+    } <= names, names
     assert "traces/rank1/trace-cycle1-steps2-4.pt.trace.json.gz" in record["artifacts"]
     assert not glob.glob(os.path.join(out, "**", ".partial-*"), recursive=True)
 
@@ -127,10 +146,16 @@ def test_the_global_rate_is_set_by_the_longest_window(ddp_bench):
 DDP_BAD = [
     (["--slow-rank", "1", "--slow-input-ms", "5"], {}, "need --ddp"),
     (["--ddp"], {}, "torchrun"),
-    (["--ddp", "--gpu-input", "--cuda-graph", "--warmup-steps", "3"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
-     "--cuda-graph with --ddp"),
-    (["--ddp", "--slow-rank", "2", "--slow-input-ms", "5"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
-     "no rank of this world"),
+    (
+        ["--ddp", "--gpu-input", "--cuda-graph", "--warmup-steps", "3"],
+        {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+        "--cuda-graph with --ddp",
+    ),
+    (
+        ["--ddp", "--slow-rank", "2", "--slow-input-ms", "5"],
+        {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+        "no rank of this world",
+    ),
     (["--ddp", "--slow-rank", "1"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "go together"),
 ]
 
@@ -150,8 +175,9 @@ def test_the_sampler_gives_each_rank_its_slice_and_a_new_shuffle_each_epoch():
     epochs = {}
     for rank in (0, 1):
         world = distributed.World(rank=rank, world_size=2, backend="gloo", device=torch.device("cpu"))
-        loader = torch.utils.data.DataLoader(numbers, batch_size=2, sampler=world.sampler(torch, numbers, seed=0),
-                                             drop_last=True)
+        loader = torch.utils.data.DataLoader(
+            numbers, batch_size=2, sampler=world.sampler(numbers, seed=0), drop_last=True
+        )
         batches = data.Batches(loader)
         seen = [next(batches)[0].tolist() for _ in range(8)]  # 4 batches per epoch, two epochs
         epochs[rank] = (sum(seen[:4], []), sum(seen[4:], []))
@@ -171,16 +197,19 @@ def test_a_world_of_one_leaves_the_single_process_path_alone():
     """Without --ddp every hook is the identity: no sampler, the same model, no gathering."""
     world = distributed.World(device=torch.device("cpu"))
     model = torch.nn.Linear(2, 2)
-    assert not world.active and world.is_leader and world.sampler(torch, [1], 0) is None
+    assert not world.active and world.is_leader and world.sampler([1], 0) is None
     assert world.wrap(model) is model and world.trace_subdir == ""
     results = {"samples_per_sec": 1.0}
-    assert ranks.bench_results(world, results) is results and world.all_gather(5) == [5] and world.broadcast(7) == 7
+    assert (
+        rank_outputs.bench_results(world, results) is results and world.all_gather(5) == [5] and world.broadcast(7) == 7
+    )
 
 
 def test_a_failed_run_still_closes_its_process_group(tmp_path):
     """A DDP run that fails after joining the process group (here: a CIFAR-10 download that fails) leaves it
     again: main() returns with no process group initialized, as after a success."""
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -190,11 +219,24 @@ def test_a_failed_run_still_closes_its_process_group(tmp_path):
         "torchvision.datasets.CIFAR10.download = fail\n"
         f"code = train.main(['--ddp', '--mode', 'bench', '--device', 'cpu', '--data', 'cifar10', "
         f"'--data-dir', {str(tmp_path / 'data')!r}, '--batch-size', '4', '--warmup-steps', '1'])\n"
-        "print('exit', code, 'still joined', dist.is_initialized())\n")
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=polyaxon_env(tmp_path / "offline", **env),
-                          capture_output=True, text=True, timeout=300)
+        "print('exit', code, 'still joined', dist.is_initialized())\n"
+    )
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=polyaxon_env(tmp_path / "offline", **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.stdout.split()[-4:] == ["1", "still", "joined", "False"], proc.stdout + proc.stderr
     assert "--data synthetic" in proc.stderr
 
@@ -245,15 +287,16 @@ def _as_rank(src, dst, rank):
 def test_a_symmetric_pair_of_ranks_names_no_straggler(ddp_profile, tmp_path):
     """Symmetric by construction, from the real traces of a 2-rank run whose rank 1 sleeps in every step:
     rank A is rank 0 in cycle 1 and rank 1 in cycle 2, rank B the other way round. Each is the slowest in
-    three of the six aligned steps: ranks.py names no straggler, and its verdict gives the counts."""
+    three of the six aligned steps: steplens ranks names no straggler, and its verdict gives the counts."""
     traces = os.path.join(ddp_profile["outputs"], "traces")
     own = {r: sorted(glob.glob(os.path.join(traces, f"rank{r}", "trace-cycle*.pt.trace.json.gz"))) for r in (0, 1)}
     assert [len(own[0]), len(own[1])] == [2, 2], own
     for new, (first, second) in {0: (own[0][0], own[1][1]), 1: (own[1][0], own[0][1])}.items():
         for src in (first, second):
             _as_rank(src, str(tmp_path / f"rank{new}" / os.path.basename(src)), new)
-    result = ranks.across([ranks.rank_figures(paths, rank) for rank, paths in
-                           sorted(ranks.find_traces([str(tmp_path)]).items())])
+    result = ranks.across(
+        [ranks.rank_figures(paths, rank) for rank, paths in sorted(ranks.find_traces([str(tmp_path)]).items())]
+    )
     test = result["straggler_test"]
     assert (test["steps"], test["slowest_in"]) == (6, 3) and test["p"] >= 0.05, test
     assert result["slowest_rank"] is None and result["slow_stage"] is None, result["verdict"]

@@ -1,9 +1,10 @@
-"""flops.py: the model's FLOP count against an analytic count, the peaks table, MFU and its precision."""
+"""evidence/flops.py: the model's FLOP count against an analytic count, the peaks table, MFU and its precision."""
+
 import pytest
 import torch
 
-import flops
 import train
+from steplens.evidence import flops
 
 
 def conv(cin, cout, k, out_size):
@@ -37,7 +38,7 @@ def analytic_resnet18_cifar():
 
 @pytest.fixture(scope="module")
 def counted():
-    return flops.training_flops(torch, train.build_model)
+    return flops.training_flops(train.build_model)
 
 
 def test_flop_count_matches_the_analytic_count(counted):
@@ -62,7 +63,7 @@ def test_counting_touches_neither_the_random_state_nor_any_device():
     """The count runs on the meta device: the seeded generator the training draws from is left as it was."""
     torch.manual_seed(0)
     before = torch.get_rng_state()
-    flops.training_flops(torch, train.build_model)
+    flops.training_flops(train.build_model)
     assert torch.equal(before, torch.get_rng_state())
 
 
@@ -99,19 +100,20 @@ def test_an_mfu_above_one_is_refused_as_a_wrong_count_or_peak():
 
 def test_precision_follows_autocast_and_the_tf32_switch(monkeypatch):
     """bf16 autocast: the bf16 peak; fp32 with torch's default cudnn.allow_tf32=True: the TF32 peak; off: FP32."""
-    assert flops.math_precision(torch, "bf16")[0] == "bf16"
+    assert flops.math_precision("bf16")[0] == "bf16"
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    precision, flags, why = flops.math_precision(torch, "off")
+    precision, flags, why = flops.math_precision("off")
     assert precision == "tf32" and flags["cudnn_tf32"] is True and ("allow_tf32" in why or "fp32_precision" in why)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    assert flops.math_precision(torch, "off")[0] == "fp32"
+    assert flops.math_precision("off")[0] == "fp32"
 
 
 def test_mfu_of_a_ddp_run_is_per_gpu():
     """A DDP bench reports the job's global rate; MFU divides one GPU's share of it by one GPU's peak."""
     import types
+
     results = {"samples_per_sec": 2 * 18_000.0}
-    flops.add_ceiling(torch, types.SimpleNamespace(type="cuda"), results, 3.329e9, "NVIDIA H200", "bf16", world_size=2)
+    flops.add_ceiling(types.SimpleNamespace(type="cuda"), results, 3.329e9, "NVIDIA H200", "bf16", world_size=2)
     assert results["mfu"] == pytest.approx(3.329e9 * 18_000 / 1e12 / 989.5)
     assert results["ceiling"]["per_gpu_samples_per_sec"] == 18_000.0
 
@@ -119,15 +121,16 @@ def test_mfu_of_a_ddp_run_is_per_gpu():
 def test_tf32_switched_off_below_torch_picks_the_fp32_peak(monkeypatch):
     """NVIDIA_TF32_OVERRIDE=0 turns TF32 off whatever torch's flags say: the FP32 peak applies."""
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
-    precision, flags, why = flops.math_precision(torch, "off")
+    precision, flags, why = flops.math_precision("off")
     assert precision == "fp32" and "NVIDIA_TF32_OVERRIDE" in why
 
 
 def test_a_ceiling_that_cannot_be_computed_keeps_the_rate(monkeypatch):
     """A failure while working out the peak leaves the rate and says why, never a lost run."""
     import types
-    monkeypatch.setattr(flops, "math_precision", lambda torch, amp: (_ for _ in ()).throw(RuntimeError("mixed TF32 APIs")))
+
+    monkeypatch.setattr(flops, "math_precision", lambda amp: (_ for _ in ()).throw(RuntimeError("mixed TF32 APIs")))
     results = {"samples_per_sec": 1000.0}
-    flops.add_ceiling(torch, types.SimpleNamespace(type="cuda"), results, 3.329e9, "NVIDIA H200", "off")
+    flops.add_ceiling(types.SimpleNamespace(type="cuda"), results, 3.329e9, "NVIDIA H200", "off")
     assert results["samples_per_sec"] == 1000.0 and results["mfu"] is None
     assert "mixed TF32 APIs" in results["ceiling"]["note"]

@@ -1,4 +1,5 @@
 """GPU-only checks, run on the device machine (skipped without CUDA)."""
+
 import glob
 import json
 import os
@@ -7,15 +8,15 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-
-import flops
-import summarize
-import data
-import train
-import scopes
-from speedups.cuda_graph import CapturedStep
-from speedups.gpu_input import DeviceBatches
 from conftest import load_offline_run, run_torchrun, run_train, single_run
+
+import train
+from steplens import scopes
+from steplens.evidence import flops, summarize
+from steplens.job import data
+from steplens.speedups.cuda_graph import CapturedStep
+from steplens.speedups.gpu_input import DeviceBatches
+from steplens.trace import reader
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 SMALL = ["--device", "cuda", "--data", "synthetic", "--batch-size", "32", "--warmup-steps", "3"]
@@ -31,13 +32,15 @@ def test_gpu_profile_has_scopes_on_cpu_and_kernels_on_streams(tmp_path):
     assert record["results"]["gpu_tracks"] is True and record["environment"]["gpu"] != "cpu"
     assert len(glob.glob(os.path.join(outputs, "operators", "cycle*-by-self-device.txt"))) == 2
     trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[0]
-    events = [e for e in summarize.load_events(trace) if e.get("ph") == "X"]
+    events = [e for e in reader.load_events(trace) if e.get("ph") == "X"]
     cpu_scopes = {e["name"] for e in events if e.get("cat") == "user_annotation"}
     assert set(scopes.SCOPES) <= cpu_scopes
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert kernels and all("stream" in e.get("args", {}) for e in kernels)
     assert any(e.get("cat") == "gpu_memcpy" and "HtoD" in e["name"] for e in events)
-    assert {"input/to_device", "train/forward_backward"} <= {e["name"] for e in events if e.get("cat") == "gpu_user_annotation"}
+    assert {"input/to_device", "train/forward_backward"} <= {
+        e["name"] for e in events if e.get("cat") == "gpu_user_annotation"
+    }
     ev = summarize.summarize_file(trace)
     assert 0.0 <= ev["gpu_idle_share"] <= 1.0 and ev["window"]["kernels"]["count"] > 100
     assert all(s["h2d"]["count"] == 2 for s in ev["steps"]), "one image and one target copy per step"
@@ -62,7 +65,7 @@ def test_prefetch_stream_overlaps_the_copy_with_compute(tmp_path):
     assert proc.returncode == 0, proc.stderr
     _, outputs = single_run(tmp_path)
     trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[-1]
-    events = [e for e in summarize.load_events(trace) if e.get("ph") == "X"]
+    events = [e for e in reader.load_events(trace) if e.get("ph") == "X"]
     copy_streams = {e["args"]["stream"] for e in events if e.get("cat") == "gpu_memcpy" and "HtoD" in e["name"]}
     kernel_streams = {e["args"]["stream"] for e in events if e.get("cat") == "kernel"}
     assert copy_streams and not copy_streams & kernel_streams, (copy_streams, kernel_streams)
@@ -74,8 +77,8 @@ def test_captured_batch_assembly_draws_what_eager_draws():
     eager path draws from the same seed, and epochs turn over on the host between replays."""
     cuda = torch.device("cuda")
     ds = data.SyntheticCIFAR10(transform=None, size=1000)  # 15 batches of 64 per epoch
-    eager = DeviceBatches(torch, ds, 64, cuda, 3, data.CIFAR10_MEAN, data.CIFAR10_STD)
-    graphed = DeviceBatches(torch, ds, 64, cuda, 3, data.CIFAR10_MEAN, data.CIFAR10_STD)
+    eager = DeviceBatches(ds, 64, cuda, 3, data.CIFAR10_MEAN, data.CIFAR10_STD)
+    graphed = DeviceBatches(ds, 64, cuda, 3, data.CIFAR10_MEAN, data.CIFAR10_STD)
     expected = [tuple(t.clone() for t in next(eager)) for _ in range(20)]
     graphed.sync_cursor()
     graph = torch.cuda.CUDAGraph()
@@ -95,15 +98,31 @@ def test_captured_batch_assembly_draws_what_eager_draws():
 
 def test_cuda_graph_bench_reports_its_gpu_bound_share(tmp_path):
     """--cuda-graph bench: a rate, the GPU time per step of the replays, and the GPU-bound share."""
-    proc = run_train(["--mode", "bench", "--bench-steps", "20", "--gpu-input", "--cuda-graph", "--channels-last",
-                      "--amp", "bf16", "--fused-sgd", *SMALL], tmp_path)
+    proc = run_train(
+        [
+            "--mode",
+            "bench",
+            "--bench-steps",
+            "20",
+            "--gpu-input",
+            "--cuda-graph",
+            "--channels-last",
+            "--amp",
+            "bf16",
+            "--fused-sgd",
+            *SMALL,
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     _, outputs = single_run(tmp_path)
     with open(os.path.join(outputs, "run.json")) as f:
         record = json.load(f)
     results = record["results"]
     assert record["cuda_graph"]["graphs"] == list(scopes.SCOPES), "one graph per scope"
-    assert results["gpu_time"]["replays_the_gpu_waited_for"] == 0, "the step's GPU time must be timed with the GPU alone"
+    assert results["gpu_time"]["replays_the_gpu_waited_for"] == 0, (
+        "the step's GPU time must be timed with the GPU alone"
+    )
     assert 0 < results["gpu_bound_share"] <= 1.05, results
     assert results["gpu_time_samples_per_sec"] == pytest.approx(32 / (results["gpu_ms_per_step"] / 1000))
     assert len(record["warmup_step_seconds"]) == 3 and results["loss_after_window"] > 0
@@ -141,7 +160,7 @@ def test_cuda_graph_profile_keeps_the_four_scopes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     _, outputs = single_run(tmp_path)
     trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[-1]
-    events = [e for e in summarize.load_events(trace) if e.get("ph") == "X"]
+    events = [e for e in reader.load_events(trace) if e.get("ph") == "X"]
     assert set(scopes.SCOPES) <= {e["name"] for e in events if e.get("cat") == "user_annotation"}
     assert any(e.get("cat") == "cuda_runtime" and "GraphLaunch" in e["name"] for e in events)
     ev = summarize.summarize_file(trace)
@@ -166,8 +185,11 @@ def test_ddp_nccl_refuses_two_ranks_on_one_gpu(tmp_path):
 def test_ddp_two_ranks_share_one_gpu_through_gloo(tmp_path):
     """A smoke test, not a measurement: two ranks on cuda:0 through gloo (allreduce and broadcast of CUDA
     tensors), traces with GPU tracks per rank, the slow rank found through gloo's CPU events."""
-    proc = run_torchrun(["--mode", "profile", "--ddp-backend", "gloo", "--slow-rank", "1", "--slow-input-ms", "100",
-                         *DDP_SMALL], tmp_path, timeout=600)
+    proc = run_torchrun(
+        ["--mode", "profile", "--ddp-backend", "gloo", "--slow-rank", "1", "--slow-input-ms", "100", *DDP_SMALL],
+        tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     _, outputs = single_run(tmp_path)
     with open(os.path.join(outputs, "run.json")) as f:
@@ -184,9 +206,12 @@ def test_ddp_two_ranks_share_one_gpu_through_gloo(tmp_path):
 @two_gpus
 def test_ddp_nccl_profile_names_the_slow_rank_from_nccl_kernels(tmp_path):
     """Two GPUs, NCCL: each rank on its own device, NCCL kernels in each trace, the fast rank's exposed
-    NCCL time holds the straggler's 200 ms, and ranks.py names rank 1 and its input."""
-    proc = run_torchrun(["--mode", "profile", "--workers", "2", "--slow-rank", "1", "--slow-input-ms", "200",
-                         *DDP_SMALL], tmp_path, timeout=600)
+    NCCL time holds the straggler's 200 ms, and steplens ranks names rank 1 and its input."""
+    proc = run_torchrun(
+        ["--mode", "profile", "--workers", "2", "--slow-rank", "1", "--slow-input-ms", "200", *DDP_SMALL],
+        tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     _, outputs = single_run(tmp_path)
     with open(os.path.join(outputs, "traces", "ranks.evidence.json")) as f:
@@ -206,8 +231,9 @@ def test_ddp_nccl_profile_names_the_slow_rank_from_nccl_kernels(tmp_path):
 def test_ddp_nccl_bench_global_rate(tmp_path, extra):
     """Global rate = world x window samples / the longest window, every rank on its own GPU."""
     n = torch.cuda.device_count()
-    proc = run_torchrun(["--mode", "bench", "--bench-steps", "30", "--workers", "2", *extra, *DDP_SMALL], tmp_path,
-                        nproc=n, timeout=600)
+    proc = run_torchrun(
+        ["--mode", "bench", "--bench-steps", "30", "--workers", "2", *extra, *DDP_SMALL], tmp_path, nproc=n, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     _, outputs = single_run(tmp_path)
     with open(os.path.join(outputs, "run.json")) as f:
@@ -215,6 +241,7 @@ def test_ddp_nccl_bench_global_rate(tmp_path, extra):
     longest = max(x["window_seconds"] for x in r["ranks"])
     assert r["world_size"] == n and r["samples_per_sec"] == pytest.approx(n * 30 * 32 / longest)
     assert sorted(x["device"] for x in r["ranks"]) == sorted(f"cuda:{i}" for i in range(n))
+
 
 class TintedSet:
     """Test-only: each class a colour tint plus noise, uint8 (N, 32, 32, 3) like torchvision's CIFAR10:
@@ -241,10 +268,10 @@ def training(dataset, batch, seed=0, lr=0.01):
     """The tutorial's model, loss and optimizer, device batches, and the eager step, all from one seed."""
     cuda = torch.device("cuda")
     torch.manual_seed(seed)
-    model = train.build_model(torch).to(cuda)
+    model = train.build_model().to(cuda)
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
-    batches = DeviceBatches(torch, dataset, batch, cuda, seed, data.CIFAR10_MEAN, data.CIFAR10_STD)
+    batches = DeviceBatches(dataset, batch, cuda, seed, data.CIFAR10_MEAN, data.CIFAR10_STD)
     eager = train.make_step(batches, model, criterion, optimizer, lambda i, t: (i, t), nullcontext)
     return model, batches, criterion, optimizer, eager
 
@@ -258,8 +285,17 @@ def run_eager(dataset, batch, steps, **kw):
 def run_captured(dataset, batch, steps, warmup=3, **kw):
     """warmup - 1 eager steps, the capture, then replays: `steps` training steps in all."""
     model, batches, criterion, optimizer, eager = training(dataset, batch, **kw)
-    captured = CapturedStep(torch, torch.device("cuda"), eager, batches, model, criterion, optimizer,
-                            torch.contiguous_format, nullcontext, channels_last=False)
+    captured = CapturedStep(
+        torch.device("cuda"),
+        eager,
+        batches,
+        model,
+        criterion,
+        optimizer,
+        torch.contiguous_format,
+        nullcontext,
+        channels_last=False,
+    )
     losses = []
     captured.warm_up(warmup, lambda: None)  # the last warm-up step is the first replay
     losses.append(float(captured.loss.item()))
@@ -273,7 +309,7 @@ def test_captured_step_trains_the_same_model_as_the_eager_step(deterministic):
     parameters of warm-up + capture + replays match those of 8 eager steps, and both moved from the start."""
     data = TintedSet(size=6 * 64)  # 6 batches of 64 per epoch
     torch.manual_seed(0)
-    start = [p.detach().clone() for p in train.build_model(torch).to("cuda").parameters()]
+    start = [p.detach().clone() for p in train.build_model().to("cuda").parameters()]
     eager_model, eager_losses = run_eager(data, 64, 8)
     graph_model, graph_losses, batches = run_captured(data, 64, 8)
     assert batches.epoch_restarts == 1

@@ -1,5 +1,6 @@
 """The learning check: the learnable set, the learning-rate rule, the bench window's loss (read after the
-window, with no synchronization inside it) and compare.py's mark on a group whose loss is worse."""
+window, with no synchronization inside it) and steplens compare's mark on a group whose loss is worse."""
+
 import json
 import os
 import signal
@@ -7,20 +8,30 @@ import signal
 import numpy as np
 import pytest
 import torch
-
-import compare
-import data
-import distributed
-import learning
-import stopping
-import train
 from conftest import load_offline_run, run_train
-from settings import parse_settings
+
+import train
+from steplens.evidence import compare, comparison, runs
+from steplens.job import data, distributed, learning, stopping
+from steplens.job.settings import parse_settings
 
 # Small enough for a CPU test. A batch of 32 keeps BatchNorm's batch statistics steady enough to learn
 # within a few steps (at 4 to 16 the loss wanders); --scale-lr gives it lr 0.1 x 32 / 128 = 0.025.
-LEARNING = ["--mode", "bench", "--device", "cpu", "--data", "learnable", "--batch-size", "32",
-            "--warmup-steps", "1", "--bench-steps", "14", "--scale-lr"]
+LEARNING = [
+    "--mode",
+    "bench",
+    "--device",
+    "cpu",
+    "--data",
+    "learnable",
+    "--batch-size",
+    "32",
+    "--warmup-steps",
+    "1",
+    "--bench-steps",
+    "14",
+    "--scale-lr",
+]
 
 
 def read_json(path):
@@ -36,10 +47,14 @@ def learning_runs(tmp_path_factory):
     for lr in ("0.1", "0"):
         proc = run_train([*LEARNING, "--lr", lr], root)
         assert proc.returncode == 0, f"--lr {lr} failed:\n{proc.stderr[-3000:]}"
-        out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: "):]
+        out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: ") :]
         uuid = os.path.basename(os.path.dirname(out))
-        runs[lr] = {"uuid": uuid, "record": read_json(os.path.join(out, "run.json")),
-                    "run": load_offline_run(root, uuid), "proc": proc}
+        runs[lr] = {
+            "uuid": uuid,
+            "record": read_json(os.path.join(out, "run.json")),
+            "run": load_offline_run(root, uuid),
+            "proc": proc,
+        }
     return root, runs
 
 
@@ -61,8 +76,9 @@ def test_learnable_set_shards_and_goes_to_the_device_input():
     ds = data.LearnableCIFAR10(None, size=64)
     shard = distributed.Shard(ds, 1, 2)
     assert len(shard) == 32 and (shard.data == ds.data[1::2]).all() and shard.targets == ds.targets[1::2]
-    from speedups.gpu_input import DeviceBatches
-    batches = DeviceBatches(torch, shard, 8, torch.device("cpu"), 0, data.CIFAR10_MEAN, data.CIFAR10_STD)
+    from steplens.speedups.gpu_input import DeviceBatches
+
+    batches = DeviceBatches(shard, 8, torch.device("cpu"), 0, data.CIFAR10_MEAN, data.CIFAR10_STD)
     images, targets = next(batches)
     assert images.shape == (8, 3, 32, 32) and set(targets.tolist()) <= set(range(10))
 
@@ -97,7 +113,7 @@ def test_scale_lr_records_the_linear_rule(learning_runs):
 
 
 def test_lr_zero_leaves_the_loss_flat_and_compare_marks_it(learning_runs, tmp_path):
-    """lr 0 trains nothing: the loss stays where it started, and compare.py marks its group against the
+    """lr 0 trains nothing: the loss stays where it started, and steplens compare marks its group against the
     learning baseline in the table, the verdict, the CSV and the JSON."""
     root, runs = learning_runs
     flat, learned = runs["0"]["record"]["results"], runs["0.1"]["record"]["results"]
@@ -129,8 +145,10 @@ def test_bad_lr_exits_2_in_one_line(tmp_path):
 @pytest.mark.parametrize("batch", [128, 256, 512, 1024])
 def test_the_study_s_flag_sets_parse(batch):
     """The best option set on --data learnable with --scale-lr, and max-autotune-no-cudagraphs beside --cuda-graph."""
-    best = ("--workers 0 --gpu-input --cuda-graph --compile default --amp bf16 --channels-last --fused-sgd "
-            "--cudnn-benchmark").split()
+    best = (
+        "--workers 0 --gpu-input --cuda-graph --compile default --amp bf16 --channels-last --fused-sgd "
+        "--cudnn-benchmark"
+    ).split()
     args = parse_settings(["--mode", "bench", "--data", "learnable", "--batch-size", str(batch), "--scale-lr", *best])
     assert learning.learning_rate(args, 1)["effective_lr"] == pytest.approx(0.1 * batch / 128)
     args = parse_settings(["--mode", "bench", "--data", "learnable", *best, "--compile", "max-autotune-no-cudagraphs"])
@@ -143,9 +161,9 @@ def test_the_loss_read_adds_no_synchronization_inside_the_window(monkeypatch):
     events, returned = [], []
     real_sync, real_values = train.synchronize, learning.LossCurve.values
 
-    def sync(torch_, device):
+    def sync(device):
         events.append("sync")
-        real_sync(torch_, device)
+        real_sync(device)
 
     def values(self):
         events.append("read")
@@ -154,15 +172,23 @@ def test_the_loss_read_adds_no_synchronization_inside_the_window(monkeypatch):
     monkeypatch.setattr(train, "synchronize", sync)
     monkeypatch.setattr(learning.LossCurve, "values", values)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: events.append("cuda sync"))
-    args = parse_settings(["--mode", "bench", "--device", "cpu", "--batch-size", "4", "--bench-steps", "5",
-                           "--data", "learnable"])
-    loader = torch.utils.data.DataLoader(data.LearnableCIFAR10(data.build_transform(), size=40), batch_size=4,
-                                         drop_last=True)
+    args = parse_settings(
+        ["--mode", "bench", "--device", "cpu", "--batch-size", "4", "--bench-steps", "5", "--data", "learnable"]
+    )
+    loader = torch.utils.data.DataLoader(
+        data.LearnableCIFAR10(data.build_transform(), size=40), batch_size=4, drop_last=True
+    )
     batches = data.Batches(loader)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    step = train.make_step(batches, model, torch.nn.CrossEntropyLoss(), optimizer, lambda x, y: (x, y),
-                           __import__("contextlib").nullcontext)
+    step = train.make_step(
+        batches,
+        model,
+        torch.nn.CrossEntropyLoss(),
+        optimizer,
+        lambda x, y: (x, y),
+        __import__("contextlib").nullcontext,
+    )
 
     def counted_step():
         events.append("step")
@@ -172,8 +198,9 @@ def test_the_loss_read_adds_no_synchronization_inside_the_window(monkeypatch):
 
     handlers = {s: signal.getsignal(s) for s in stopping.SIGNALS}
     try:
-        results = train.run_bench(torch, counted_step, torch.device("cpu"), batches, args, stopping.Stopper(),
-                                  distributed.World())
+        results = train.run_bench(
+            counted_step, torch.device("cpu"), batches, args, stopping.Stopper(), distributed.World()
+        )
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
@@ -184,15 +211,23 @@ def test_the_loss_read_adds_no_synchronization_inside_the_window(monkeypatch):
 def rec(uuid, index, loss, lr="0.1", **outputs):
     settings = {"mode": "bench", "batch_size": 128, "data": "learnable", "repeat": index, "lr": float(lr)}
     out = {"samples_per_sec": 1000.0 + index, **({} if loss is None else {"loss_final": loss}), **outputs}
-    return compare.record_from(uuid, uuid, f"2026-12-03T10:00:{index:02d}", "succeeded", settings, out,
-                               {"settings": settings, "environment": {"hostname": "h", "gpu": "cpu"}})
+    return runs.record_from(
+        uuid,
+        uuid,
+        f"2026-12-03T10:00:{index:02d}",
+        "succeeded",
+        settings,
+        out,
+        {"settings": settings, "environment": {"hostname": "h", "gpu": "cpu"}},
+    )
 
 
 def test_compare_tolerance_floor_old_runs_and_divergence():
     """Worse means above baseline + max(0.10 x baseline, 0.05); groups or baselines without a loss get '-'
     and no mark; a diverged run counts as worse than any."""
+
     def groups(records, **kw):
-        result = compare.compare_records(records, baseline="lr=0.1", **kw)
+        result = comparison.compare_records(records, baseline="lr=0.1", **kw)
         return {g["group"]: g for g in result["tables"][0]["groups"]}, compare.markdown(result)
 
     near_zero = [rec("a", 1, 0.002), rec("b", 2, 0.04, lr="0.2")]
@@ -225,11 +260,29 @@ def test_a_diverged_window_has_no_final_loss():
 def test_a_captured_step_s_loss_is_copied_at_every_replay(tmp_path):
     """--cuda-graph returns one static loss tensor: the window's curve must hold each replay's own value
     (not the last one repeated), and on --data learnable it falls."""
-    proc = run_train(["--mode", "bench", "--device", "cuda", "--data", "learnable", "--batch-size", "128",
-                      "--warmup-steps", "5", "--bench-steps", "100", "--gpu-input", "--cuda-graph", "--amp", "bf16"],
-                     tmp_path)
+    proc = run_train(
+        [
+            "--mode",
+            "bench",
+            "--device",
+            "cuda",
+            "--data",
+            "learnable",
+            "--batch-size",
+            "128",
+            "--warmup-steps",
+            "5",
+            "--bench-steps",
+            "100",
+            "--gpu-input",
+            "--cuda-graph",
+            "--amp",
+            "bf16",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: "):]
+    out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: ") :]
     r = read_json(os.path.join(out, "run.json"))["results"]
     assert len(set(r["window_losses"])) > 90, "the captured loss was read once, not copied at each replay"
     assert r["loss_final"] < 0.5 * r["loss_first"], r["window_losses"]
@@ -246,8 +299,9 @@ def test_lr_warm_up_ramps_the_rate_then_holds_it():
     assert seen == [[pytest.approx(0.8 * k / 4)] * 2 for k in (1, 2, 3, 4)] + [[0.8, 0.8]] * 2, seen
     plain = lambda: None  # noqa: E731
     assert learning.ramped(plain, optimizer, 0.8, 0) is plain, "no ramp: the step itself, nothing wrapped"
-    args = parse_settings(["--mode", "bench", "--batch-size", "1024", "--scale-lr", "--warmup-steps", "50",
-                           "--lr-warmup-steps", "80"])
+    args = parse_settings(
+        ["--mode", "bench", "--batch-size", "1024", "--scale-lr", "--warmup-steps", "50", "--lr-warmup-steps", "80"]
+    )
     rate = learning.learning_rate(args, 1)
     assert rate["ramp_steps"] == 80 and rate["ramp_steps_after_warm_up"] == 30 and "x k / 80" in rate["warmup"]
     assert "30 of the 80 --lr-warmup-steps fall after the 50 warm-up steps" in rate["ramp_note"]
@@ -262,7 +316,9 @@ def test_a_ramp_the_captured_step_would_freeze_exits_2_in_one_line(tmp_path):
     flags = ["--mode", "bench", "--gpu-input", "--cuda-graph", "--warmup-steps", "20", "--lr-warmup-steps"]
     proc = run_train([*flags, "20"], tmp_path / "offline", timeout=60)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "--lr-warmup-steps < --warmup-steps (20)" in lines[0], proc.stderr
+    assert proc.returncode == 2 and len(lines) == 1 and "--lr-warmup-steps < --warmup-steps (20)" in lines[0], (
+        proc.stderr
+    )
     assert not (tmp_path / "offline").exists()
     assert parse_settings([*flags, "19"]).lr_warmup_steps == 19
 
@@ -272,7 +328,7 @@ def test_a_real_run_ramps_its_rate(tmp_path):
     and the 4 ramp steps that fell inside the timed window; stderr warns of them in one line."""
     proc = run_train([*LEARNING, "--lr-warmup-steps", "5"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: "):]
+    out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: ") :]
     record = read_json(os.path.join(out, "run.json"))
     assert record["settings"]["lr_warmup_steps"] == 5
     assert record["learning_rate"]["ramp_steps_after_warm_up"] == 4 and record["learning_rate"]["effective_lr"] == 0.025
@@ -284,11 +340,11 @@ def test_compare_reads_no_ramp_as_the_older_runs_absent_setting():
     """lr_warmup_steps 0 and a run recorded before the flag existed are one group, not two."""
     old, new = rec("a", 1, 1.0), rec("b", 2, 1.0)
     new["settings"]["lr_warmup_steps"] = 0
-    assert compare.setting(old, "lr_warmup_steps") is None and compare.setting(new, "lr_warmup_steps") is None
+    assert comparison.setting(old, "lr_warmup_steps") is None and comparison.setting(new, "lr_warmup_steps") is None
     ramped_rec = rec("c", 3, 1.0)
     ramped_rec["settings"]["lr_warmup_steps"] = 50
-    assert compare.setting(ramped_rec, "lr_warmup_steps") == 50
+    assert comparison.setting(ramped_rec, "lr_warmup_steps") == 50
     groups = [[ramped_rec], [old, new]]
-    assert compare.baseline_groups("lr_warmup_steps=0", groups) == [1], "0 names the runs without a ramp"
-    assert compare.baseline_groups("lr_warmup_steps=off", groups) == [1]
-    assert compare.baseline_groups("lr_warmup_steps=50", groups) == [0]
+    assert comparison.baseline_groups("lr_warmup_steps=0", groups) == [1], "0 names the runs without a ramp"
+    assert comparison.baseline_groups("lr_warmup_steps=off", groups) == [1]
+    assert comparison.baseline_groups("lr_warmup_steps=50", groups) == [0]

@@ -1,4 +1,5 @@
-"""nesting.py: Perfetto's nesting rule for complete events, and the repair that leaves nothing for it to drop."""
+"""trace/nesting.py: Perfetto's nesting rule for complete events, and the repair that leaves nothing for it to drop."""
+
 import copy
 import gzip
 import json
@@ -6,10 +7,11 @@ import os
 import sys
 
 import pytest
-
-import nesting
-import summarize
 from conftest import ROOT
+
+from steplens.evidence import cycle_evidence, formatting, summarize
+from steplens.job import capture
+from steplens.trace import nesting
 
 
 def x(name, cat, ts, dur, pid=1, tid=1, **args):
@@ -25,11 +27,13 @@ def k(name, ts, dur, corr=None):
 
 def scope_between_enter_and_exit():
     """with_stack's shape: a scope starts inside the Python slice of its enter and ends inside that of its exit."""
-    return [x("outer.py: step", "python_function", 0, 100),
-            x("_record_function_enter_new", "python_function", 10, 10),
-            x("train/forward_backward", "user_annotation", 15, 50),
-            x("aten::mm", "cpu_op", 30, 5),
-            x("profiler.py: __exit__", "python_function", 60, 10)]
+    return [
+        x("outer.py: step", "python_function", 0, 100),
+        x("_record_function_enter_new", "python_function", 10, 10),
+        x("train/forward_backward", "user_annotation", 15, 50),
+        x("aten::mm", "cpu_op", 30, 5),
+        x("profiler.py: __exit__", "python_function", 60, 10),
+    ]
 
 
 def test_the_importer_drops_a_crossing_slice_and_keeps_nested_ones():
@@ -51,8 +55,12 @@ def test_equal_timestamps_put_the_longer_slice_first():
 
 
 def test_zero_durations_never_cross():
-    assert nesting.violations([x("a", "cpu_op", 0, 5), x("z", "cpu_op", 5, 0), x("y", "cpu_op", 5, 0),
-                               x("b", "cpu_op", 5, 3)]) == 0
+    assert (
+        nesting.violations(
+            [x("a", "cpu_op", 0, 5), x("z", "cpu_op", 5, 0), x("y", "cpu_op", 5, 0), x("b", "cpu_op", 5, 3)]
+        )
+        == 0
+    )
 
 
 def test_repair_clips_the_python_slices_never_the_scope():
@@ -69,9 +77,14 @@ def test_repair_clips_the_python_slices_never_the_scope():
 def test_repair_moves_overlapping_kernels_to_a_sibling_track():
     """A chain of three: the second overlaps the first, the third the second but not the first. The second
     moves to the sibling track, the third stays on the stream (the first lane where it nests, as Perfetto v57.1)."""
-    events = [{"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
-              k("k1", 0, 10, 1), k("k2", 8, 10, 2), k("k3", 16, 10, 3), k("k4", 17, 2, 4),
-              {"ph": "f", "id": 2, "pid": 0, "tid": 7, "ts": 8, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
+        k("k1", 0, 10, 1),
+        k("k2", 8, 10, 2),
+        k("k3", 16, 10, 3),
+        k("k4", 17, 2, 4),
+        {"ph": "f", "id": 2, "pid": 0, "tid": 7, "ts": 8, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    ]
     assert nesting.dropped(events) == [2]  # k2 crosses k1; k2 dropped, k3 follows k1 and k4 nests in k3
     repaired, counts = nesting.repair(copy.deepcopy(events))
     assert nesting.violations(repaired) == 0 and counts["moved"] == 1
@@ -111,11 +124,14 @@ def test_summarize_reads_the_same_figures_from_a_repaired_trace(tmp_path):
     events = []
     for i, n in enumerate((2, 3, 4)):
         a = 100 + 1000 * i
-        events += [x(f"ProfilerStep#{n}", "user_annotation", a, 900),
-                   x("_record_function_enter_new", "python_function", a - 5, 10),
-                   x("cudaLaunchKernel", "cuda_runtime", a + 10, 5, correlation=10 * n),
-                   x("cudaLaunchKernel", "cuda_runtime", a + 20, 5, correlation=10 * n + 1),
-                   k("k1", a + 30, 100, 10 * n), k("k2", a + 120, 100, 10 * n + 1)]
+        events += [
+            x(f"ProfilerStep#{n}", "user_annotation", a, 900),
+            x("_record_function_enter_new", "python_function", a - 5, 10),
+            x("cudaLaunchKernel", "cuda_runtime", a + 10, 5, correlation=10 * n),
+            x("cudaLaunchKernel", "cuda_runtime", a + 20, 5, correlation=10 * n + 1),
+            k("k1", a + 30, 100, 10 * n),
+            k("k2", a + 120, 100, 10 * n + 1),
+        ]
     raw = tmp_path / "raw.json"
     raw.write_text(json.dumps({"traceEvents": events}))
     fixed = tmp_path / "fixed.json.gz"
@@ -127,8 +143,8 @@ def test_summarize_reads_the_same_figures_from_a_repaired_trace(tmp_path):
     for key in ("gpu_busy_us", "gpu_idle_us", "gpu_work_us", "gpu_span_us", "kernels"):
         assert a["window"].get(key) == b["window"].get(key), key
     assert a["window"]["gpu_busy_us"] is not None
-    assert "every complete event nests" in summarize.format_table([b])
-    assert "would drop 6 complete events" in summarize.format_table([a])
+    assert "every complete event nests" in formatting.format_table([b])
+    assert "would drop 6 complete events" in formatting.format_table([a])
 
 
 def test_perfetto_ui_v52_drops_what_nesting_predicts_and_nothing_after_repair(tmp_path):
@@ -137,12 +153,17 @@ def test_perfetto_ui_v52_drops_what_nesting_predicts_and_nothing_after_repair(tm
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import perfetto_check
     from viewer_screenshots import ViewerError, find_browser
+
     try:
         ui, browser = perfetto_check.ui_folder(os.environ.get("PERFETTO_UI")), find_browser()
     except (perfetto_check.CheckError, ViewerError) as e:
         pytest.skip(str(e))
-    events = [x("ProfilerStep#2", "user_annotation", 1, 200), *scope_between_enter_and_exit(),
-              k("k1", 10, 10), k("k2", 18, 10)]
+    events = [
+        x("ProfilerStep#2", "user_annotation", 1, 200),
+        *scope_between_enter_and_exit(),
+        k("k1", 10, 10),
+        k("k2", 18, 10),
+    ]
     raw = tmp_path / "raw.pt.trace.json"
     raw.write_text(json.dumps({"traceEvents": events}))
     fixed = tmp_path / "repaired.pt.trace.json"
@@ -158,6 +179,7 @@ def test_perfetto_ui_v52_drops_what_nesting_predicts_and_nothing_after_repair(tm
 
 class _Prof:
     """Enough of torch.profiler.profile for TraceWriter: a step number, an export, operator tables."""
+
     step_num = 5
 
     def __init__(self, events):
@@ -172,18 +194,18 @@ class _Prof:
 
 
 def test_a_trace_that_cannot_be_made_to_nest_is_kept_as_exported_and_said(tmp_path, monkeypatch):
-    import profiling
 
     def refuse(path):
         raise nesting.NestingError("two CPU scopes cross")
+
     monkeypatch.setattr(nesting, "repair_file", refuse)
     events = scope_between_enter_and_exit()
-    writer = profiling.TraceWriter(str(tmp_path), "json.gz", cuda=False)
+    writer = capture.TraceWriter(str(tmp_path), "json.gz", cuda=False)
     writer(_Prof(events))
-    cycle, = writer.cycles
+    (cycle,) = writer.cycles
     with gzip.open(cycle["trace"], "rt") as f:
         assert json.load(f)["traceEvents"] == events  # the profiler's export, unchanged
     assert cycle["perfetto"]["error"] == "two CPU scopes cross"
-    line, = profiling.perfetto_line(cycle)
+    (line,) = cycle_evidence.perfetto_line(cycle)
     assert "kept as the profiler exported it" in line and "two CPU scopes cross" in line
     assert not [f for f in os.listdir(os.path.dirname(cycle["trace"])) if f.startswith(".partial")]

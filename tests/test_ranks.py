@@ -1,4 +1,5 @@
-"""ranks.py on hand-built per-rank traces with known answers: exposed communication, alignment, the slow rank."""
+"""steplens ranks on hand-built per-rank traces with known answers: exposed communication, alignment, the slow rank."""
+
 import gzip
 import json
 import os
@@ -7,8 +8,8 @@ import sys
 
 import pytest
 
-import ranks
-from conftest import ROOT
+from steplens import stats
+from steplens.evidence import ranks
 
 MAIN = {"pid": 1, "tid": 1}
 SIX = (2, 3, 4, 7, 8, 9)  # the aligned steps of the default profile: two cycles of three
@@ -24,10 +25,13 @@ def x(name, cat, ts, dur, pid=1, tid=1, **args):
 def write(path, events, rank=None):
     doc = {"schemaVersion": 1, "traceEvents": events}
     if rank is not None:
-        doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
-               "traceEvents": events}
+        doc = {
+            "schemaVersion": 1,
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "traceEvents": events,
+        }
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with (gzip.open(path, "wt") if path.endswith(".gz") else open(path, "w")) as f:
+    with gzip.open(path, "wt") if path.endswith(".gz") else open(path, "w") as f:
         json.dump(doc, f)
     return path
 
@@ -37,12 +41,13 @@ def gpu_rank(t0, next_batch, nccl, compute, steps=(1, 2), period=1000):
     events = []
     for i, n in enumerate(steps):
         a = t0 + i * period
-        events += [x(f"ProfilerStep#{n}", "user_annotation", a, period),
-                   x("input/next_batch", "user_annotation", a, next_batch),
-                   x("train/forward_backward", "user_annotation", a + next_batch, 50),
-                   x("void conv()", "kernel", a + compute[0], compute[1], pid=0, tid=7, stream=7),
-                   x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", a + nccl[0], nccl[1], pid=0, tid=20,
-                     stream=20)]
+        events += [
+            x(f"ProfilerStep#{n}", "user_annotation", a, period),
+            x("input/next_batch", "user_annotation", a, next_batch),
+            x("train/forward_backward", "user_annotation", a + next_batch, 50),
+            x("void conv()", "kernel", a + compute[0], compute[1], pid=0, tid=7, stream=7),
+            x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", a + nccl[0], nccl[1], pid=0, tid=20, stream=20),
+        ]
     return events
 
 
@@ -61,13 +66,16 @@ def test_cpu_collective_launched_inside_an_operator_is_not_compute():
     (the reducer's wait at the end of backward). Comm 210..850; compute is mm 10..200 and the
     enclosing operator less the launch (200..210, 250..260): exposed 640 - 10 = 630, all of it
     inside train/forward_backward."""
-    events = [x("ProfilerStep#3", "user_annotation", 0, 1000),
-              x("train/forward_backward", "user_annotation", 0, 900),
-              x("aten::mm", "cpu_op", 10, 190),
-              x("autograd::engine::evaluate_function: AccumulateGrad", "cpu_op", 200, 60),
-              x("c10d::allreduce_", "cpu_op", 210, 40),
-              x("gloo:all_reduce", "user_annotation", 250, 600, tid=99),
-              x("train/optimizer", "user_annotation", 900, 80), x("aten::add_", "cpu_op", 910, 60)]
+    events = [
+        x("ProfilerStep#3", "user_annotation", 0, 1000),
+        x("train/forward_backward", "user_annotation", 0, 900),
+        x("aten::mm", "cpu_op", 10, 190),
+        x("autograd::engine::evaluate_function: AccumulateGrad", "cpu_op", 200, 60),
+        x("c10d::allreduce_", "cpu_op", 210, 40),
+        x("gloo:all_reduce", "user_annotation", 250, 600, tid=99),
+        x("train/optimizer", "user_annotation", 900, 80),
+        x("aten::add_", "cpu_op", 910, 60),
+    ]
     t = ranks.timelines(events)
     assert t["source"].startswith("cpu")
     fig = ranks.step_figures(t, 3, 0, 1000, {})
@@ -86,10 +94,16 @@ def test_no_communication_gives_null_with_a_reason():
 def test_ranks_align_on_step_numbers_not_clocks_and_name_the_slow_rank(tmp_path):
     """Rank 1's clock is a billion us ahead and it spends 600 us in next_batch; rank 0 waits in NCCL.
     Aligned by step number over the two cycles' six steps: rank 1 is the slowest and input/next_batch its stage."""
-    fast = write(str(tmp_path / "traces" / "rank0" / "a.pt.trace.json"),
-                 gpu_rank(0, 50, nccl=(100, 800), compute=(60, 40), steps=SIX), rank=0)
-    slow = write(str(tmp_path / "traces" / "rank1" / "b.pt.trace.json.gz"),
-                 gpu_rank(1e9, 650, nccl=(850, 50), compute=(660, 180), steps=SIX), rank=1)
+    fast = write(
+        str(tmp_path / "traces" / "rank0" / "a.pt.trace.json"),
+        gpu_rank(0, 50, nccl=(100, 800), compute=(60, 40), steps=SIX),
+        rank=0,
+    )
+    slow = write(
+        str(tmp_path / "traces" / "rank1" / "b.pt.trace.json.gz"),
+        gpu_rank(1e9, 650, nccl=(850, 50), compute=(660, 180), steps=SIX),
+        rank=1,
+    )
     found = ranks.find_traces([str(tmp_path / "traces")])
     assert found == {0: [fast], 1: [slow]}
     result = ranks.across([ranks.rank_figures(p, r) for r, p in sorted(found.items())])
@@ -132,12 +146,17 @@ def test_rank_comes_from_the_trace_and_a_contradicting_folder_is_an_error(tmp_pa
 def test_cli_prints_the_verdict_and_fails_in_one_line_on_one_rank(tmp_path):
     write(str(tmp_path / "rank0" / "a.pt.trace.json"), gpu_rank(0, 50, (100, 800), (60, 40), steps=SIX), rank=0)
     write(str(tmp_path / "rank1" / "b.pt.trace.json"), gpu_rank(0, 650, (850, 50), (660, 180), steps=SIX), rank=1)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "steplens", "ranks", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "slowest rank 1" in proc.stdout and "input/next_batch takes 0.6 ms more" in proc.stdout
-    one = subprocess.run([sys.executable, os.path.join(ROOT, "ranks.py"), str(tmp_path / "rank0")],
-                         capture_output=True, text=True, timeout=120)
+    one = subprocess.run(
+        [sys.executable, "-m", "steplens", "ranks", str(tmp_path / "rank0")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert one.returncode == 1 and one.stderr.count("\n") == 1 and "two or more" in one.stderr
 
 
@@ -147,14 +166,24 @@ def running_ahead_rank(t0, steps=(1, 2, 3, 4), period=100, gpu_period=300):
     events = []
     for i, n in enumerate(steps):
         a, g = t0 + i * period, t0 + 400 + i * gpu_period
-        events += [x(f"ProfilerStep#{n}", "user_annotation", a, period),
-                   x("input/next_batch", "user_annotation", a, 10),
-                   x("train/forward_backward", "user_annotation", a + 10, 80),
-                   x("cudaLaunchKernel", "cuda_runtime", a + 20, 2, correlation=2 * n),
-                   x("cudaLaunchKernel", "cuda_runtime", a + 30, 2, correlation=2 * n + 1),
-                   x("void conv()", "kernel", g, 200, pid=0, tid=7, stream=7, correlation=2 * n),
-                   x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", g + 200, 100, pid=0, tid=20, stream=20,
-                     correlation=2 * n + 1)]
+        events += [
+            x(f"ProfilerStep#{n}", "user_annotation", a, period),
+            x("input/next_batch", "user_annotation", a, 10),
+            x("train/forward_backward", "user_annotation", a + 10, 80),
+            x("cudaLaunchKernel", "cuda_runtime", a + 20, 2, correlation=2 * n),
+            x("cudaLaunchKernel", "cuda_runtime", a + 30, 2, correlation=2 * n + 1),
+            x("void conv()", "kernel", g, 200, pid=0, tid=7, stream=7, correlation=2 * n),
+            x(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                "kernel",
+                g + 200,
+                100,
+                pid=0,
+                tid=20,
+                stream=20,
+                correlation=2 * n + 1,
+            ),
+        ]
     return events
 
 
@@ -163,8 +192,11 @@ def test_a_rank_whose_cpu_runs_ahead_has_no_gpu_comm_figures_and_the_result_says
     the CPU's steps, would be other steps' communication. Its comm, exposed comm and work are null with the
     reason, its CPU figures stay, and the ranks are compared by wall time, saying what was unavailable."""
     ahead = write(str(tmp_path / "rank0" / "a.pt.trace.json"), running_ahead_rank(0), rank=0)
-    keeps_up = write(str(tmp_path / "rank1" / "b.pt.trace.json"),
-                     gpu_rank(1e9, 30, nccl=(60, 20), compute=(40, 10), steps=(1, 2, 3, 4), period=100), rank=1)
+    keeps_up = write(
+        str(tmp_path / "rank1" / "b.pt.trace.json"),
+        gpu_rank(1e9, 30, nccl=(60, 20), compute=(40, 10), steps=(1, 2, 3, 4), period=100),
+        rank=1,
+    )
     r0 = ranks.rank_figures([ahead])
     assert r0["comm_source"] == "nccl kernels" and r0["comm_null_reason"].startswith(ranks.RUNS_AHEAD)
     for s in r0["steps"]:
@@ -194,20 +226,38 @@ def made(rank, next_batch_ms, forward_ms=None, steps=SIX):
         scopes = {name: 0.0 for name in ranks.SCOPES}
         scopes.update({"input/next_batch": nb * 1e3, "train/forward_backward": fb * 1e3})
         work = sum(scopes.values())
-        out.append({"step": n, "wall_us": 100e3, "gpu_idle_us": None, "input_gap_us": None,
-                    "scopes_cpu_us": dict(scopes), "next_batch_cpu_us": scopes["input/next_batch"],
-                    "comm_null_reason": None, "comm_us": 100e3 - work, "exposed_comm_us": 100e3 - work,
-                    "work_us": work, "scopes_less_wait_us": scopes})
-    return {"rank": rank, "traces": [f"rank{rank}.json"], "comm_source": "cpu (gloo/c10d operators)",
-            "comm_null_reason": None, "steps": out, "drawn": []}
+        out.append(
+            {
+                "step": n,
+                "wall_us": 100e3,
+                "gpu_idle_us": None,
+                "input_gap_us": None,
+                "scopes_cpu_us": dict(scopes),
+                "next_batch_cpu_us": scopes["input/next_batch"],
+                "comm_null_reason": None,
+                "comm_us": 100e3 - work,
+                "exposed_comm_us": 100e3 - work,
+                "work_us": work,
+                "scopes_less_wait_us": scopes,
+            }
+        )
+    return {
+        "rank": rank,
+        "traces": [f"rank{rank}.json"],
+        "comm_source": "cpu (gloo/c10d operators)",
+        "comm_null_reason": None,
+        "steps": out,
+        "drawn": [],
+    }
 
 
 def test_a_rank_slowest_in_every_aligned_step_is_named_with_its_consistent_stage():
     """Rank 1's next_batch is 5 ms longer in each of the six steps; its forward_backward is 30 ms longer in one
     step only (a larger mean excess, but no consistent one). Rank 1 is named (p = 2/64) and its stage is
     input/next_batch."""
-    result = ranks.across([made(0, [1, 2, 1, 2, 1, 2]),
-                           made(1, [6, 7, 6, 7, 6, 7], forward_ms=[20, 20, 20, 20, 20, 80])])
+    result = ranks.across(
+        [made(0, [1, 2, 1, 2, 1, 2]), made(1, [6, 7, 6, 7, 6, 7], forward_ms=[20, 20, 20, 20, 20, 80])]
+    )
     test = result["straggler_test"]
     assert (test["slowest_in"], test["steps"], test["steps_needed"]) == (6, 6, 6)
     assert test["p"] == pytest.approx(2 / 64)
@@ -243,10 +293,10 @@ def test_too_few_aligned_steps_name_no_straggler_and_say_how_many_are_needed():
 
 def test_the_exact_sign_test_and_its_floor():
     """P(X >= k) for X ~ Binomial(n, chance), times the candidates: the floors 6, 4 and 3 steps for 2, 4, 8 ranks."""
-    assert ranks.sign_test_p(6, 6) == pytest.approx(1 / 64)
-    assert ranks.sign_test_p(6, 5, candidates=2) == pytest.approx(2 * 7 / 64)
-    assert ranks.sign_test_p(3, 3, chance=1 / 3, candidates=3) == pytest.approx(1 / 9)
-    assert ranks.sign_test_p(4, 0) == 1.0 and ranks.sign_test_p(0, 0, candidates=2) == 1.0
-    assert [ranks.steps_needed(r, 1 / r) for r in (2, 4, 8)] == [6, 4, 3]
+    assert stats.sign_test_p(6, 6) == pytest.approx(1 / 64)
+    assert stats.sign_test_p(6, 5, candidates=2) == pytest.approx(2 * 7 / 64)
+    assert stats.sign_test_p(3, 3, chance=1 / 3, candidates=3) == pytest.approx(1 / 9)
+    assert stats.sign_test_p(4, 0) == 1.0 and stats.sign_test_p(0, 0, candidates=2) == 1.0
+    assert [stats.steps_needed(r, 1 / r) for r in (2, 4, 8)] == [6, 4, 3]
     three = ranks.across([made(0, [1] * 6), made(1, [2] * 6), made(2, [9] * 6)])
-    assert three["slowest_rank"] == 2 and three["straggler_test"]["p"] == pytest.approx(3 / 3 ** 6)
+    assert three["slowest_rank"] == 2 and three["straggler_test"]["p"] == pytest.approx(3 / 3**6)

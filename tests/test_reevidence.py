@@ -1,11 +1,11 @@
 """scripts/reevidence.py: stored profile runs read again with this checkout's evidence code."""
+
 import glob
 import json
 import os
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -48,8 +48,10 @@ def test_the_command_prints_a_row_per_profile_run_and_refuses_a_folder_without_r
     text = capsys.readouterr().out
     rows = [line for line in text.splitlines() if line[:8] in {"b91a1616", "aee51209"}]
     assert len(rows) == 2, text  # the two bench runs are not profile runs
-    assert sorted(os.listdir(out)) == sorted(os.path.basename(os.path.dirname(os.path.dirname(p))) for p in
-                                             glob.glob(os.path.join(REPROFILE, "graph", "runs", "*", "outputs", "traces")))
+    assert sorted(os.listdir(out)) == sorted(
+        os.path.basename(os.path.dirname(os.path.dirname(p)))
+        for p in glob.glob(os.path.join(REPROFILE, "graph", "runs", "*", "outputs", "traces"))
+    )
     assert reevidence.main([str(tmp_path / "nothing")]) == 1
     assert capsys.readouterr().err.startswith("reevidence.py: error: ")
 
@@ -57,9 +59,16 @@ def test_the_command_prints_a_row_per_profile_run_and_refuses_a_folder_without_r
 def test_the_capture_read_back_carries_every_timing_the_run_recorded():
     """Step times and waits for input go back into the evidence as they were measured (a run with
     DataLoader workers: its queue depth is workers x prefetch_factor)."""
-    run = {"results": {"profile_detail": "lean", "unprofiled": {"steps": 10, "step_ms": 9.0},
-                       "pauses_s": [0.1] * 10, "steps_s": [0.02] * 10, "inputs_s": [0.005] * 10},
-           "loader": {"kind": "DataLoader", "num_workers": 2, "prefetch_factor": 2}}
+    run = {
+        "results": {
+            "profile_detail": "lean",
+            "unprofiled": {"steps": 10, "step_ms": 9.0},
+            "pauses_s": [0.1] * 10,
+            "steps_s": [0.02] * 10,
+            "inputs_s": [0.005] * 10,
+        },
+        "loader": {"kind": "DataLoader", "num_workers": 2, "prefetch_factor": 2},
+    }
     cap = reevidence.capture_of(run)
     assert cap["steps_s"] == [0.02] * 10 and cap["inputs_s"] == [0.005] * 10
     assert cap["queue_depth"] == 4 and cap["workers"] == 2 and cap["detail"] == "lean" and not cap["device_input"]

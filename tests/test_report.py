@@ -1,43 +1,75 @@
-"""scripts/report.py: what make run prints at the end, from fabricated offline run folders."""
+"""steplens report: what make run prints at the end, from fabricated offline run folders."""
+
 import json
-import os
-import sys
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import report  # noqa: E402
+from steplens.evidence import report
 
 
 def make_run(root, uuid, created_at, status, settings, outputs=None, run_json=None):
     base = root / "runs" / uuid
     (base / "outputs").mkdir(parents=True)
-    (base / "run.plx.json").write_text(json.dumps({"name": f"{settings['mode']}-{uuid}", "status": status,
-                                                   "created_at": created_at, "inputs": settings,
-                                                   "outputs": outputs or {}}))
+    (base / "run.plx.json").write_text(
+        json.dumps(
+            {
+                "name": f"{settings['mode']}-{uuid}",
+                "status": status,
+                "created_at": created_at,
+                "inputs": settings,
+                "outputs": outputs or {},
+            }
+        )
+    )
     if run_json is not None:
         (base / "outputs" / "run.json").write_text(json.dumps({"settings": settings, **run_json}))
     return base
 
 
 def fabricated(root):
-    make_run(root, "b" * 32, "2026-12-02T10:01:00+00:00", "succeeded", {"mode": "bench", "workers": 4},
-             {"samples_per_sec": 42.5}, {"device": "cpu", "results": {"samples_per_sec": 42.5, "window_steps": 5,
-                                                                      "window_seconds": 1.0}})
-    p = make_run(root, "p" * 32, "2026-12-02T10:00:00+00:00", "succeeded", {"mode": "profile", "workers": 0},
-                 {"profiled_step_ms": 812.5},
-                 {"device": "cpu", "results": {"gpu_tracks": False, "evidence": {
-                     "gpu_idle_share": None, "unprofiled_step_ms": 401.0, "profiler_distortion": 2.026,
-                     "distortion_sentence": "profiled steps take 2.03x the unprofiled ones: loading runs in ..."},
-                                               "cycles": []}})
+    make_run(
+        root,
+        "b" * 32,
+        "2026-12-02T10:01:00+00:00",
+        "succeeded",
+        {"mode": "bench", "workers": 4},
+        {"samples_per_sec": 42.5},
+        {"device": "cpu", "results": {"samples_per_sec": 42.5, "window_steps": 5, "window_seconds": 1.0}},
+    )
+    p = make_run(
+        root,
+        "p" * 32,
+        "2026-12-02T10:00:00+00:00",
+        "succeeded",
+        {"mode": "profile", "workers": 0},
+        {"profiled_step_ms": 812.5},
+        {
+            "device": "cpu",
+            "results": {
+                "gpu_tracks": False,
+                "evidence": {
+                    "gpu_idle_share": None,
+                    "unprofiled_step_ms": 401.0,
+                    "profiler_distortion": 2.026,
+                    "distortion_sentence": "profiled steps take 2.03x the unprofiled ones: loading runs in ...",
+                },
+                "cycles": [],
+            },
+        },
+    )
     trace = p / "outputs" / "traces" / "t.pt.trace.json.gz"
     trace.parent.mkdir()
     trace.write_bytes(b"")
     record = json.loads((p / "outputs" / "run.json").read_text())
     record["results"]["cycles"] = [{"trace": f"/elsewhere/runs/{'p' * 32}/outputs/traces/t.pt.trace.json.gz"}]
     (p / "outputs" / "run.json").write_text(json.dumps(record))
-    make_run(root, "f" * 32, "2026-12-02T10:02:00+00:00", "failed", {"mode": "bench", "workers": 0}, {},
-             {"error": "UserError: boom"})
+    make_run(
+        root,
+        "f" * 32,
+        "2026-12-02T10:02:00+00:00",
+        "failed",
+        {"mode": "bench", "workers": 0},
+        {},
+        {"error": "UserError: boom"},
+    )
     make_run(root, "r" * 32, "2026-12-02T10:03:00+00:00", "running", {"mode": "bench", "workers": 0})
 
 
@@ -67,22 +99,65 @@ def test_report_since_and_missing_runs(tmp_path, capsys):
 
 def test_report_shows_the_gpu_bound_share_of_graphed_runs(tmp_path):
     """A --cuda-graph bench run's GPU-bound share is in its row (and an older run's, under its old name)."""
-    make_run(tmp_path, "g" * 32, "2026-12-02T10:01:00+00:00", "succeeded", {"mode": "bench", "workers": 0},
-             {"samples_per_sec": 51700.0}, {"results": {"samples_per_sec": 51700.0, "gpu_bound_share": 0.999}})
-    make_run(tmp_path, "o" * 32, "2026-12-02T10:02:00+00:00", "succeeded", {"mode": "bench", "workers": 0},
-             {"samples_per_sec": 18400.0}, {"results": {"samples_per_sec": 18400.0, "share_of_gpu_limit": 1.0}})
+    make_run(
+        tmp_path,
+        "g" * 32,
+        "2026-12-02T10:01:00+00:00",
+        "succeeded",
+        {"mode": "bench", "workers": 0},
+        {"samples_per_sec": 51700.0},
+        {"results": {"samples_per_sec": 51700.0, "gpu_bound_share": 0.999}},
+    )
+    make_run(
+        tmp_path,
+        "o" * 32,
+        "2026-12-02T10:02:00+00:00",
+        "succeeded",
+        {"mode": "bench", "workers": 0},
+        {"samples_per_sec": 18400.0},
+        {"results": {"samples_per_sec": 18400.0, "share_of_gpu_limit": 1.0}},
+    )
     text = report.report(report.load_runs(str(tmp_path)))
     assert "GPU-bound share 99.9%" in text and "GPU-bound share 100.0%" in text
 
 
 def test_a_lean_profile_whose_cycles_were_all_refilled_says_why_its_idle_figures_are_absent(tmp_path):
     settings = {"mode": "profile", "workers": 4, "profile_detail": "lean"}
-    make_run(tmp_path, "l" * 32, "2026-12-02T10:01:00+00:00", "succeeded", settings,
-             {"profiled_step_ms": 15.7, "unprofiled_step_ms": 9.9, "profiler_distortion": 1.58,
-              "profiler_distortion_se": 0.16},
-             {"device": "cuda", "environment": {"gpu": "NVIDIA H200"}, "results": {"gpu_tracks": True, "evidence": {
-                 "gpu_idle_share": None, "input_gap_share": None, "null_reasons": {"input_wait": "every cycle ..."}},
-                 "cycles": []}})
-    row = next(line for line in report.report(report.load_runs(str(tmp_path))).splitlines()
-               if line.startswith("llllllll"))
+    make_run(
+        tmp_path,
+        "l" * 32,
+        "2026-12-02T10:01:00+00:00",
+        "succeeded",
+        settings,
+        {
+            "profiled_step_ms": 15.7,
+            "unprofiled_step_ms": 9.9,
+            "profiler_distortion": 1.58,
+            "profiler_distortion_se": 0.16,
+        },
+        {
+            "device": "cuda",
+            "environment": {"gpu": "NVIDIA H200"},
+            "results": {
+                "gpu_tracks": True,
+                "evidence": {
+                    "gpu_idle_share": None,
+                    "input_gap_share": None,
+                    "null_reasons": {"input_wait": "every cycle ..."},
+                },
+                "cycles": [],
+            },
+        },
+    )
+    row = next(
+        line for line in report.report(report.load_runs(str(tmp_path))).splitlines() if line.startswith("llllllll")
+    )
     assert "lean" in row.split() and row.count("n/a (refilled queues)") == 2 and row.endswith("1.58x +/- 0.16")
+
+
+def test_a_zero_warm_up_ramp_is_not_shown_as_a_flag():
+    """--lr-warmup-steps 0 is no ramp (runs that predate the setting read as 0): the label leaves it out,
+    as it leaves out every setting that is off; a real ramp is shown."""
+    assert "--lr-warmup-steps" not in report.configuration({"workers": 4, "lr_warmup_steps": 0})
+    assert "--lr-warmup-steps 80" in report.configuration({"workers": 4, "lr_warmup_steps": 80})
+    assert report.configuration({"workers": 4, "amp": "off", "fused_sgd": False}) == "--workers 4"

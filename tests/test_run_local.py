@@ -1,24 +1,32 @@
 """scripts/run-local.sh (make run, make bench-alternating): bad settings refused in one line before any job."""
+
 import os
 import subprocess
 
 import pytest
-
 from conftest import ROOT
 
 
-@pytest.mark.parametrize("target,env,says", [
-    ("alternating", {"REPEATS": "abc"}, "REPEATS must be a whole number"),
-    ("alternating", {"REPEATS": "0"}, "REPEATS must be a whole number"),
-    ("main", {"DATA": "bogus"}, "DATA must be cifar10 or synthetic"),
-    ("alternating", {"WORKERS": "0 x"}, "WORKERS must be whole numbers"),
-    ("main", {"BENCH_STEPS": "-1"}, "BENCH_STEPS must be a whole number"),
-    ("nothing", {}, "unknown target 'nothing'"),
-])
+@pytest.mark.parametrize(
+    "target,env,says",
+    [
+        ("alternating", {"REPEATS": "abc"}, "REPEATS must be a whole number"),
+        ("alternating", {"REPEATS": "0"}, "REPEATS must be a whole number"),
+        ("main", {"DATA": "bogus"}, "DATA must be cifar10 or synthetic"),
+        ("alternating", {"WORKERS": "0 x"}, "WORKERS must be whole numbers"),
+        ("main", {"BENCH_STEPS": "-1"}, "BENCH_STEPS must be a whole number"),
+        ("nothing", {}, "unknown target 'nothing'"),
+    ],
+)
 def test_bad_settings_stop_before_any_job(tmp_path, target, env, says):
     full = {**os.environ, "POLYAXON_OFFLINE_ROOT": str(tmp_path), "PY": "false", **env}
-    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run-local.sh"), target], env=full,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "run-local.sh"), target],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and says in proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "runs").exists()
@@ -26,16 +34,20 @@ def test_bad_settings_stop_before_any_job(tmp_path, target, env, says):
 
 def test_alternating_runs_six_repeats_by_default(tmp_path):
     """Without REPEATS, make bench-alternating runs 6 repeats per worker count: the fewest pairs for which
-    compare.py's sign test can give a verdict."""
+    steplens compare's sign test can give a verdict."""
     log = tmp_path / "calls"
     fake = tmp_path / "python"
     # A stand-in interpreter: says "no CUDA" to the probe, records each train.py call, runs nothing.
     fake.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exit 1\necho "$*" >> {log}\n')
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "REPEATS"}
-    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run-local.sh"), "alternating"],
-                          env={**env, "POLYAXON_OFFLINE_ROOT": str(tmp_path), "PY": str(fake), "DATA": "synthetic"},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "run-local.sh"), "alternating"],
+        env={**env, "POLYAXON_OFFLINE_ROOT": str(tmp_path), "PY": str(fake), "DATA": "synthetic"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     calls = log.read_text().splitlines()
     repeats = sorted({c.split("--repeat ")[1].split()[0] for c in calls})

@@ -4,17 +4,29 @@ The sandbox queues runs but has no agent without Kubernetes: Sandbox.execute_que
 agent's part (the run's resolved command, the run's identity in the environment). install=false
 skips only the runtime `pip install`, which would replace this machine's torch.
 """
+
 import glob
 import json
 import os
 
 import pytest
-
 from conftest import load_offline_run
 from polyaxon_support import StandInAgent, created_uuid
 
-CPU_SIZED = ["-P", "batch_size=4", "-P", "warmup_steps=1", "-P", "bench_steps=2", "-P", "data=synthetic",
-             "-P", "device=cpu", "-P", "install=false"]
+CPU_SIZED = [
+    "-P",
+    "batch_size=4",
+    "-P",
+    "warmup_steps=1",
+    "-P",
+    "bench_steps=2",
+    "-P",
+    "data=synthetic",
+    "-P",
+    "device=cpu",
+    "-P",
+    "install=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +37,7 @@ def project(sandbox):
 
 def get_run_json(sandbox, project, run_uuid):
     proc = sandbox.cli("ops", "get", "-p", project, "-uid", run_uuid, "-o", "json")
-    return json.loads(proc.stdout[proc.stdout.index("{"):])
+    return json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
 def submit_and_execute(sandbox, project, *params):
@@ -47,8 +59,9 @@ def test_bench_run_through_the_server(sandbox, project, tmp_path):
     run = get_run_json(sandbox, project, run_uuid)
     assert run["outputs"]["samples_per_sec"] > 0 and run["outputs"]["window_steps"] == 2
     assert run["inputs"]["mode"] == "bench" and run["inputs"]["workers"] == 0
-    sandbox.cli("ops", "artifacts", "-p", project, "-uid", run_uuid, "-f", "outputs/run.json",
-                "--path-to", str(tmp_path))
+    sandbox.cli(
+        "ops", "artifacts", "-p", project, "-uid", run_uuid, "-f", "outputs/run.json", "--path-to", str(tmp_path)
+    )
     with open(tmp_path / "outputs" / "run.json") as f:
         record = json.load(f)
     assert record["status"] == "succeeded" and record["polyaxon"]["managed"] is True
@@ -59,8 +72,7 @@ def test_bench_run_through_the_server(sandbox, project, tmp_path):
 def test_profile_run_traces_download(sandbox, project, tmp_path):
     """A profile run through the server: `ops artifacts -d outputs/traces` downloads both traces."""
     run_uuid, _, _ = submit_and_execute(sandbox, project, "-P", "mode=profile", "-P", "workers=2")
-    sandbox.cli("ops", "artifacts", "-p", project, "-uid", run_uuid, "-d", "outputs/traces",
-                "--path-to", str(tmp_path))
+    sandbox.cli("ops", "artifacts", "-p", project, "-uid", run_uuid, "-d", "outputs/traces", "--path-to", str(tmp_path))
     traces = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "**" / "*.pt.trace.json.gz"), recursive=True))
     assert traces == ["trace-cycle1-steps2-4.pt.trace.json.gz", "trace-cycle2-steps7-9.pt.trace.json.gz"]
     run = get_run_json(sandbox, project, run_uuid)
@@ -69,8 +81,9 @@ def test_profile_run_traces_download(sandbox, project, tmp_path):
 
 def test_offline_run_pushed_and_read_back(sandbox, project, bench_run):
     """`polyaxon ops push` uploads a local offline run; the server then shows its outputs."""
-    sandbox.cli("ops", "push", "-uid", bench_run["uuid"], "--path", str(bench_run["root"]),
-                "--reset-project", "-p", project)
+    sandbox.cli(
+        "ops", "push", "-uid", bench_run["uuid"], "--path", str(bench_run["root"]), "--reset-project", "-p", project
+    )
     run = get_run_json(sandbox, project, bench_run["uuid"])
     local = load_offline_run(bench_run["root"], bench_run["uuid"])
     assert run["outputs"]["samples_per_sec"] == pytest.approx(local["outputs"]["samples_per_sec"])
@@ -80,8 +93,19 @@ def test_offline_run_pushed_and_read_back(sandbox, project, bench_run):
 def test_a_run_stopped_from_polyaxon_ends_stopped_with_its_run_json(sandbox, project, tmp_path):
     """`polyaxon ops stop` while the run trains: SIGTERM reaches train.py (the polyaxonfile execs it), which
     ends at the next step boundary, uploads run.json and sets the run's status to stopped."""
-    submitted = sandbox.cli("run", "-f", "polyaxonfile.yaml", "-u", "-p", project, "-P", "mode=bench",
-                            "-P", "workers=0", *[p.replace("bench_steps=2", "bench_steps=100000") for p in CPU_SIZED])
+    submitted = sandbox.cli(
+        "run",
+        "-f",
+        "polyaxonfile.yaml",
+        "-u",
+        "-p",
+        project,
+        "-P",
+        "mode=bench",
+        "-P",
+        "workers=0",
+        *[p.replace("bench_steps=2", "bench_steps=100000") for p in CPU_SIZED],
+    )
     run_uuid = created_uuid(submitted.stdout)
     agent = StandInAgent(sandbox, project, run_uuid).start()
     agent.wait_for_line("bench: timing")
@@ -90,8 +114,9 @@ def test_a_run_stopped_from_polyaxon_ends_stopped_with_its_run_json(sandbox, pro
     assert code == 128 + 15 and "Traceback" not in stderr, stderr
     assert "stopped by SIGTERM during bench" in stderr
     assert get_run_json(sandbox, project, run_uuid)["status"] == "stopped"
-    sandbox.cli("ops", "artifacts", "-p", project, "-uid", run_uuid, "-f", "outputs/run.json",
-                "--path-to", str(tmp_path))
+    sandbox.cli(
+        "ops", "artifacts", "-p", project, "-uid", run_uuid, "-f", "outputs/run.json", "--path-to", str(tmp_path)
+    )
     with open(tmp_path / "outputs" / "run.json") as f:
         record = json.load(f)
     assert record["status"] == "stopped" and record["stopped"]["signal"] == "SIGTERM"

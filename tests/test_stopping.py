@@ -3,6 +3,7 @@
 Real train.py processes receive real signals at a chosen moment: the test reads the process's stderr
 until the line that marks the phase, then signals it.
 """
+
 import glob
 import gzip
 import json
@@ -15,11 +16,11 @@ import time
 
 import numpy as np
 import pytest
-
-import runinfo
-import data
-from settings import parse_settings
 from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
+
+from steplens import errors
+from steplens.job import checks, data
+from steplens.job.settings import parse_settings
 
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
 
@@ -49,10 +50,19 @@ def alive(pid):
 def signal_at(args, offline_root, marker, signum, slow_export=None, second=False, timeout=300):
     """Start train.py (each trace export slowed by slow_export seconds, if given), wait for a stderr line
     containing marker, send signum (twice if second); return (returncode, stderr, worker pids seen at the signal)."""
-    script = ([os.path.join(ROOT, "tests", "slow_export.py"), str(slow_export)] if slow_export
-              else [os.path.join(ROOT, "train.py")])
-    proc = subprocess.Popen([sys.executable, *script, *args], cwd=ROOT, env=polyaxon_env(offline_root),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script = (
+        [os.path.join(ROOT, "tests", "slow_export.py"), str(slow_export)]
+        if slow_export
+        else [os.path.join(ROOT, "train.py")]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, *script, *args],
+        cwd=ROOT,
+        env=polyaxon_env(offline_root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines, deadline = [], time.time() + timeout
     try:
         for line in proc.stderr:
@@ -100,12 +110,21 @@ def assert_stopped(offline_root, returncode, stderr, signum, workers, phases):
 PHASES = [  # name, extra args, stderr marker, phases the stop may land in, seconds each trace export is slowed
     ("start-up", ["--mode", "bench"], "outputs:", {"start-up", "warm-up"}, None),
     ("warm-up", ["--mode", "bench", "--warmup-steps", "400", "--workers", "1"], "warm-up:", {"warm-up"}, None),
-    ("profiled steps", ["--mode", "profile", "--batch-size", "48", "--workers", "1"], "profile: cycle 1",
-     {"profile"}, None),
-    ("trace export", ["--mode", "profile", "--workers", "1"], "profile: writing a trace", {"profile"},
-     3),
-    ("bench window", ["--mode", "bench", "--bench-steps", "100000", "--workers", "1"], "bench: timing",
-     {"bench"}, None),
+    (
+        "profiled steps",
+        ["--mode", "profile", "--batch-size", "48", "--workers", "1"],
+        "profile: cycle 1",
+        {"profile"},
+        None,
+    ),
+    ("trace export", ["--mode", "profile", "--workers", "1"], "profile: writing a trace", {"profile"}, 3),
+    (
+        "bench window",
+        ["--mode", "bench", "--bench-steps", "100000", "--workers", "1"],
+        "bench: timing",
+        {"bench"},
+        None,
+    ),
 ]
 
 
@@ -125,8 +144,10 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, signame, phase, args, marker, 
     record = assert_stopped(tmp_path, code, stderr, signum, workers, phases)
     if phase == "trace export":
         # The trace being written when the signal came is completed, and nothing after it.
-        traces = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tmp_path, "runs", "*", "outputs",
-                                                                            "traces", "*.pt.trace.json.gz")))
+        traces = sorted(
+            os.path.basename(p)
+            for p in glob.glob(os.path.join(tmp_path, "runs", "*", "outputs", "traces", "*.pt.trace.json.gz"))
+        )
         assert traces == ["trace-cycle1-steps2-4.pt.trace.json.gz"], traces
         assert record["stopped"]["steps_completed_in_phase"] == 5
     if phase == "bench window":
@@ -136,8 +157,7 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, signame, phase, args, marker, 
 def test_a_stop_during_the_unprofiled_timing_counts_its_completed_steps(tmp_path):
     """Profile mode times 10 unprofiled steps before the capture: a stop there says so and counts the steps
     that completed before the boundary that honoured it (at least the one in flight when the signal came)."""
-    argv = ["--mode", "profile", "--device", "cpu", "--data", "synthetic", "--batch-size", "48",
-            "--warmup-steps", "1"]
+    argv = ["--mode", "profile", "--device", "cpu", "--data", "synthetic", "--batch-size", "48", "--warmup-steps", "1"]
     code, stderr, workers = signal_at(argv, tmp_path, "unprofiled steps", signal.SIGTERM)
     record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"unprofiled timing"})
     assert 1 <= record["stopped"]["steps_completed_in_phase"] <= 10, record["stopped"]
@@ -146,25 +166,32 @@ def test_a_stop_during_the_unprofiled_timing_counts_its_completed_steps(tmp_path
 
 def test_polyaxon_lists_a_stopped_run(tmp_path):
     """`polyaxon ops ls --offline` shows the stopped run (it skipped runs without offline data)."""
-    code, stderr, workers = signal_at(["--mode", "bench", "--bench-steps", "100000", *TINY], tmp_path,
-                                      "bench: timing", signal.SIGTERM)
+    code, stderr, workers = signal_at(
+        ["--mode", "bench", "--bench-steps", "100000", *TINY], tmp_path, "bench: timing", signal.SIGTERM
+    )
     assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"bench"})
-    ls = subprocess.run([sys.executable, "-m", "polyaxon", "ops", "ls", "--offline", "--path", str(tmp_path)],
-                        env=polyaxon_env(tmp_path), capture_output=True, text=True, timeout=120)
+    ls = subprocess.run(
+        [sys.executable, "-m", "polyaxon", "ops", "ls", "--offline", "--path", str(tmp_path)],
+        env=polyaxon_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert offline_runs(tmp_path)[0] in ls.stdout and "stopped" in ls.stdout, ls.stdout + ls.stderr
 
 
 def test_a_second_signal_stops_at_once(tmp_path):
     """The first signal waits for the step boundary; a second one does not wait (and is still recorded)."""
-    code, stderr, workers = signal_at(["--mode", "profile", *TINY], tmp_path, "profile: writing a trace",
-                                      signal.SIGTERM, 30, second=True,
-                                      timeout=120)
+    code, stderr, workers = signal_at(
+        ["--mode", "profile", *TINY], tmp_path, "profile: writing a trace", signal.SIGTERM, 30, second=True, timeout=120
+    )
     record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"profile"})
     assert record["stopped"]["steps_completed_in_phase"] == 4, "the second signal must not wait for the export"
     assert not glob.glob(os.path.join(str(tmp_path), "runs", "*", "outputs", "traces", "*.pt.trace.json.gz"))
 
 
 # --------------------------------------------------------------------------- bad places and sizes
+
 
 def assert_refused(proc, tmp_path, *words):
     lines = proc.stderr.strip().splitlines()
@@ -176,12 +203,30 @@ def assert_refused(proc, tmp_path, *words):
 
 BAD_PLACES = [
     ("output dir on a file", lambda t: ["--output-dir", str(t / "file")], {}, ["--output-dir", "is a file"]),
-    ("output dir not writable", lambda t: ["--output-dir", "/sys/profiler-companion-test"], {},
-     ["--output-dir", "not a writable folder"]),
-    ("data dir on a file", lambda t: ["--data", "cifar10", "--data-dir", str(t / "file")], {}, ["--data-dir", "is a file"]),
-    ("offline root on a file", lambda t: [], {"POLYAXON_OFFLINE_ROOT": "{file}"}, ["POLYAXON_OFFLINE_ROOT", "is a file"]),
-    ("offline root not writable", lambda t: [], {"POLYAXON_OFFLINE_ROOT": "/sys/profiler-companion-test"},
-     ["POLYAXON_OFFLINE_ROOT", "not a writable folder"]),
+    (
+        "output dir not writable",
+        lambda t: ["--output-dir", "/sys/profiler-companion-test"],
+        {},
+        ["--output-dir", "not a writable folder"],
+    ),
+    (
+        "data dir on a file",
+        lambda t: ["--data", "cifar10", "--data-dir", str(t / "file")],
+        {},
+        ["--data-dir", "is a file"],
+    ),
+    (
+        "offline root on a file",
+        lambda t: [],
+        {"POLYAXON_OFFLINE_ROOT": "{file}"},
+        ["POLYAXON_OFFLINE_ROOT", "is a file"],
+    ),
+    (
+        "offline root not writable",
+        lambda t: [],
+        {"POLYAXON_OFFLINE_ROOT": "/sys/profiler-companion-test"},
+        ["POLYAXON_OFFLINE_ROOT", "not a writable folder"],
+    ),
 ]
 
 
@@ -189,9 +234,14 @@ BAD_PLACES = [
 def test_a_bad_output_place_is_refused_in_one_line(tmp_path, name, argv, env, words):
     (tmp_path / "file").write_text("not a folder")
     env = {k: v.format(file=tmp_path / "file") for k, v in env.items()}
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--mode", "bench", *TINY, *argv(tmp_path)],
-                          cwd=ROOT, env={**polyaxon_env(tmp_path / "offline"), **env},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "train.py"), "--mode", "bench", *TINY, *argv(tmp_path)],
+        cwd=ROOT,
+        env={**polyaxon_env(tmp_path / "offline"), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert_refused(proc, tmp_path, *words)
     assert (tmp_path / "file").read_text() == "not a folder"
 
@@ -199,8 +249,9 @@ def test_a_bad_output_place_is_refused_in_one_line(tmp_path, name, argv, env, wo
 def test_folders_made_for_a_refused_run_are_removed(tmp_path):
     """A new --output-dir is made, then removed again when a later place is refused."""
     (tmp_path / "file").write_text("x")
-    proc = run_train(["--mode", "bench", *TINY, "--output-dir", str(tmp_path / "new" / "out")], tmp_path / "file",
-                     timeout=120)
+    proc = run_train(
+        ["--mode", "bench", *TINY, "--output-dir", str(tmp_path / "new" / "out")], tmp_path / "file", timeout=120
+    )
     assert proc.returncode == 2 and "POLYAXON_OFFLINE_ROOT" in proc.stderr, proc.stderr
     assert not (tmp_path / "new").exists()
 
@@ -213,22 +264,26 @@ def test_far_too_many_workers_are_refused_before_torch(tmp_path):
 def test_workers_above_the_budget_warn_and_are_recorded():
     budget = {"cpus": 2.0, "source": "affinity"}
     args = parse_settings(["--mode", "bench", "--workers", "3"])
-    note = runinfo.check_workers(args, budget)
+    note = checks.check_workers(args, budget)
     assert "above the CPU budget (2 CPUs, affinity)" in note
-    assert runinfo.check_workers(parse_settings(["--mode", "bench", "--workers", "2"]), budget) is None
-    with pytest.raises(runinfo.UserError, match="at most 8"):
-        runinfo.check_workers(parse_settings(["--mode", "bench", "--workers", "9"]), budget)
+    assert checks.check_workers(parse_settings(["--mode", "bench", "--workers", "2"]), budget) is None
+    with pytest.raises(errors.UserError, match="at most 8"):
+        checks.check_workers(parse_settings(["--mode", "bench", "--workers", "9"]), budget)
     forced = parse_settings(["--mode", "bench", "--workers", "9", "--force-workers"])
-    assert "above the CPU budget" in runinfo.check_workers(forced, budget)
+    assert "above the CPU budget" in checks.check_workers(forced, budget)
 
 
 def test_a_batch_larger_than_the_synthetic_set_is_refused_before_torch(tmp_path):
-    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "synthetic", "--batch-size", "100000"],
-                     tmp_path / "offline", timeout=60)
+    proc = run_train(
+        ["--mode", "bench", "--device", "cpu", "--data", "synthetic", "--batch-size", "100000"],
+        tmp_path / "offline",
+        timeout=60,
+    )
     assert_refused(proc, tmp_path, "--batch-size", "50000")
 
 
 # --------------------------------------------------------------------------- the real data path
+
 
 def write_cifar10_folder(root, per_batch=60, seed=0):
     """CIFAR-10's own Python format: five pickled training batches and batches.meta, small."""
@@ -236,15 +291,34 @@ def write_cifar10_folder(root, per_batch=60, seed=0):
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)
     for i in range(1, 6):
-        batch = {"batch_label": f"training batch {i} of 5",
-                 "data": rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8),
-                 "labels": rng.integers(0, 10, size=per_batch).tolist(),
-                 "filenames": [f"img{i}_{j}.png" for j in range(per_batch)]}
+        batch = {
+            "batch_label": f"training batch {i} of 5",
+            "data": rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8),
+            "labels": rng.integers(0, 10, size=per_batch).tolist(),
+            "filenames": [f"img{i}_{j}.png" for j in range(per_batch)],
+        }
         with open(folder / f"data_batch_{i}", "wb") as f:
             pickle.dump(batch, f)
     with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                                     "ship", "truck"], "num_vis": 3072, "num_cases_per_batch": per_batch}, f)
+        pickle.dump(
+            {
+                "label_names": [
+                    "airplane",
+                    "automobile",
+                    "bird",
+                    "cat",
+                    "deer",
+                    "dog",
+                    "frog",
+                    "horse",
+                    "ship",
+                    "truck",
+                ],
+                "num_vis": 3072,
+                "num_cases_per_batch": per_batch,
+            },
+            f,
+        )
     return folder
 
 
@@ -263,8 +337,26 @@ def test_a_cifar10_folder_is_read_as_torchvision_reads_it(tmp_path):
 def test_train_runs_on_a_cifar10_folder(tmp_path):
     """--data cifar10 on a folder in CIFAR-10's format: the loading code users run on a cluster, no network."""
     write_cifar10_folder(tmp_path / "data")
-    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "cifar10", "--data-dir", str(tmp_path / "data"),
-                      "--batch-size", "4", "--warmup-steps", "1", "--bench-steps", "2"], tmp_path / "offline", timeout=300)
+    proc = run_train(
+        [
+            "--mode",
+            "bench",
+            "--device",
+            "cpu",
+            "--data",
+            "cifar10",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--batch-size",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--bench-steps",
+            "2",
+        ],
+        tmp_path / "offline",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     _, outputs = single_run(tmp_path / "offline")
     with open(os.path.join(outputs, "run.json")) as f:
@@ -277,8 +369,26 @@ def test_a_corrupt_cifar10_folder_names_the_folder_and_synthetic(tmp_path):
     folder = write_cifar10_folder(tmp_path / "data")
     with open(folder / "data_batch_3", "r+b") as f:
         f.truncate(100)
-    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "cifar10", "--data-dir", str(tmp_path / "data"),
-                      "--batch-size", "4", "--warmup-steps", "1", "--bench-steps", "2"], tmp_path / "offline", timeout=300)
+    proc = run_train(
+        [
+            "--mode",
+            "bench",
+            "--device",
+            "cpu",
+            "--data",
+            "cifar10",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--batch-size",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--bench-steps",
+            "2",
+        ],
+        tmp_path / "offline",
+        timeout=300,
+    )
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert str(folder) in last and "data_batch_3" in last and "--data synthetic" in last, last
@@ -287,8 +397,9 @@ def test_a_corrupt_cifar10_folder_names_the_folder_and_synthetic(tmp_path):
 
 def test_a_failed_download_removes_what_it_created(tmp_path, monkeypatch):
     """A download that fails half-way leaves neither the new folder nor a partial archive."""
-    import torchvision.datasets
     import urllib.error
+
+    import torchvision.datasets
 
     def fail_after_writing(self):
         os.makedirs(self.root, exist_ok=True)
@@ -298,16 +409,16 @@ def test_a_failed_download_removes_what_it_created(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torchvision.datasets.CIFAR10, "download", fail_after_writing)
     fresh = tmp_path / "fresh"
-    with pytest.raises(runinfo.UserError, match="--data synthetic"):
+    with pytest.raises(errors.UserError, match="--data synthetic"):
         data.build_dataset(parse_settings(["--mode", "bench", "--data-dir", str(fresh)]), None)
     assert not fresh.exists()
     deep = tmp_path / "new" / "deeper" / "data"
-    with pytest.raises(runinfo.UserError):
+    with pytest.raises(errors.UserError):
         data.build_dataset(parse_settings(["--mode", "bench", "--data-dir", str(deep)]), None)
     assert not (tmp_path / "new").exists(), "every folder made for the missing --data-dir must be removed"
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "mine.txt").write_text("the user's")
-    with pytest.raises(runinfo.UserError):
+    with pytest.raises(errors.UserError):
         data.build_dataset(parse_settings(["--mode", "bench", "--data-dir", str(kept)]), None)
     assert os.listdir(kept) == ["mine.txt"]

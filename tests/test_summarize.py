@@ -1,4 +1,5 @@
-"""summarize.py on small hand-built traces with known answers, on real CPU traces, and on the stored H200 traces."""
+"""steplens summarize on hand-built traces with known answers, on real CPU traces, and on the stored H200 traces."""
+
 import glob
 import gzip
 import json
@@ -8,10 +9,11 @@ import subprocess
 import sys
 
 import pytest
-
-import summarize
 from conftest import ROOT
-from scopes import FORWARD_BACKWARD, NEXT_BATCH, TO_DEVICE
+
+from steplens.evidence import attribution, diagnosis, formatting, summarize
+from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, TO_DEVICE
+from steplens.trace import nesting, reader, timeline
 
 CPU = {"pid": 1, "tid": 1}
 RESULTS = os.path.join(ROOT, "results")
@@ -19,7 +21,7 @@ RESULTS = os.path.join(ROOT, "results")
 
 def x(name, cat, ts, dur, **args):
     ev = {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, **CPU}
-    if cat in summarize.GPU_CATS:
+    if cat in timeline.GPU_CATS:
         ev.update(pid=0, tid=args.get("stream", 7))
     if args:
         ev["args"] = args
@@ -55,6 +57,7 @@ def write(tmp_path, events, name="t.json", gz=False):
 
 # --------------------------------------------------------------------------- the basics
 
+
 def test_busy_is_the_union_over_streams():
     """Kernels on two streams that overlap count once: busy 50 of 100, idle share 0.5."""
     ev = summarize.summarize_events([step(1, 0, 100), kernel(10, 30, stream=7), kernel(30, 30, stream=8)])
@@ -74,9 +77,16 @@ def test_input_gap_is_idle_time_inside_next_batch():
 def test_idle_with_work_already_queued_is_no_input_gap():
     """A gap between two kernels that were both launched before it is GPU-side idle, not an input wait,
     even while the CPU happens to be in next_batch; a gap that ends with a kernel launched inside it is."""
-    events = [step(1, 0, 100), scope(NEXT_BATCH, 0, 100),
-              launch(1, 1), launch(2, 2), kernel(10, 10, correlation=1), kernel(30, 10, correlation=2),
-              launch(60, 3), kernel(70, 10, correlation=3)]
+    events = [
+        step(1, 0, 100),
+        scope(NEXT_BATCH, 0, 100),
+        launch(1, 1),
+        launch(2, 2),
+        kernel(10, 10, correlation=1),
+        kernel(30, 10, correlation=2),
+        launch(60, 3),
+        kernel(70, 10, correlation=3),
+    ]
     w = summarize.summarize_events(events)["window"]
     # Idle: [0,10) ends with launch 1 at t=1, after it began -> host wait, whole (HTA's rule: the launch
     # latency too); [20,30) is queued work (launch 2 at t=2); [40,70) ends with launch 3 at t=60 -> host wait;
@@ -88,11 +98,15 @@ def test_idle_with_work_already_queued_is_no_input_gap():
 
 def test_copy_overlapping_a_kernel():
     """A 10 us H2D copy, 5 us of it under a kernel: counted, sized and its overlap measured."""
-    ev = summarize.summarize_events([
-        step(1, 0, 100),
-        x("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 20, 10, stream=9, bytes=1000, correlation=1),
-        x("cudaMemcpyAsync", "cuda_runtime", 5, 2, correlation=1),
-        kernel(25, 25, correlation=2), launch(8, 2, dur=3)])
+    ev = summarize.summarize_events(
+        [
+            step(1, 0, 100),
+            x("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 20, 10, stream=9, bytes=1000, correlation=1),
+            x("cudaMemcpyAsync", "cuda_runtime", 5, 2, correlation=1),
+            kernel(25, 25, correlation=2),
+            launch(8, 2, dur=3),
+        ]
+    )
     h2d = ev["window"]["h2d"]
     assert h2d == {"count": 1, "bytes": 1000, "us": 10, "overlapped_with_kernels_us": 5}
     assert ev["window"]["gpu_busy_us"] == 30
@@ -101,10 +115,15 @@ def test_copy_overlapping_a_kernel():
 
 def test_counts_follow_the_launching_step_and_time_follows_the_clock():
     """A kernel launched in step 1 that runs in step 2 counts for step 1, its busy time for step 2."""
-    ev = summarize.summarize_events([
-        step(1, 0, 100), step(2, 100, 100),
-        launch(90, 5), kernel(120, 40, correlation=5),
-        x("cudaStreamSynchronize", "cuda_runtime", 150, 12)])
+    ev = summarize.summarize_events(
+        [
+            step(1, 0, 100),
+            step(2, 100, 100),
+            launch(90, 5),
+            kernel(120, 40, correlation=5),
+            x("cudaStreamSynchronize", "cuda_runtime", 150, 12),
+        ]
+    )
     s1, s2 = ev["steps"]
     assert (s1["kernels"]["count"], s2["kernels"]["count"]) == (1, 0)
     assert (s1["gpu_busy_us"], s2["gpu_busy_us"]) == (0, 40)
@@ -113,8 +132,9 @@ def test_counts_follow_the_launching_step_and_time_follows_the_clock():
 
 
 def test_small_kernel_share_and_median():
-    ev = summarize.summarize_events([step(1, 0, 1000)] + [kernel(10 * i, d) for i, d in
-                                                           enumerate([2, 4, 8, 20, 50], start=1)])
+    ev = summarize.summarize_events(
+        [step(1, 0, 1000)] + [kernel(10 * i, d) for i, d in enumerate([2, 4, 8, 20, 50], start=1)]
+    )
     k = ev["window"]["kernels"]
     assert k["count"] == 5 and k["median_us"] == 8 and k["share_under_10us"] == pytest.approx(0.6)
 
@@ -136,7 +156,7 @@ def test_slice_order_is_by_start_then_longest_whether_merged_or_sorted(max_runs)
     slices = [(rng.randrange(50), rng.randrange(1, 20)) for _ in range(300)]
     starts = [float(s) for s, _ in slices]
     ends = [float(s + d) for s, d in slices]
-    got = [(starts[i], -ends[i]) for i in summarize._by_start_then_longest(starts, ends, max_runs=max_runs)]
+    got = [(starts[i], -ends[i]) for i in nesting.by_start_then_longest(starts, ends, max_runs=max_runs)]
     assert got == sorted(zip(starts, [-e for e in ends]))
 
 
@@ -144,15 +164,15 @@ def test_cpu_only_trace_gives_null_gpu_figures_with_a_reason():
     ev = summarize.summarize_events([step(1, 0, 100), scope(NEXT_BATCH, 0, 30)])
     assert ev["has_gpu"] is False and ev["gpu_idle_share"] is None
     assert ev["steps"][0]["gpu_work_us"] is None and "CPU-only" in ev["gpu_null_reason"]
-    table = summarize.format_table([ev])
+    table = formatting.format_table([ev])
     assert "gpu idle" not in table and "CPU-only" in table
-    assert summarize.headline(ev)["profiled_step_ms"] == pytest.approx(0.1)
+    assert diagnosis.headline(ev)["profiled_step_ms"] == pytest.approx(0.1)
 
 
 def test_headline_pools_windows():
     one = summarize.summarize_events([step(1, 0, 100), kernel(0, 50)])
     two = summarize.summarize_events([step(1, 0, 300), kernel(0, 50)])
-    h = summarize.headline([one, two])
+    h = diagnosis.headline([one, two])
     assert h["gpu_idle_share"] == pytest.approx((50 + 250) / 400) and h["profiled_step_ms"] == pytest.approx(0.2)
     assert h["gpu_work_ms_per_step"] == pytest.approx(0.05), "kernels without a correlation id count where they ran"
     assert h["idle_basis"] == "cpu_steps"
@@ -160,18 +180,23 @@ def test_headline_pools_windows():
 
 # --------------------------------------------------------------------------- attribution by launch
 
+
 def test_work_launched_before_the_trace_is_charged_to_no_step():
     """A kernel whose launch call is not in the trace (correlation id without a launch) ran inside step 1:
     it is reported on its own line, not counted for step 1, whatever the clock says."""
-    events = [step(1, 0, 100), launch(5, 10), kernel(40, 20, correlation=10),
-              kernel(0, 30, correlation=3), kernel(30, 5, correlation=3)]  # correlation 3: launched earlier
+    events = [
+        step(1, 0, 100),
+        launch(5, 10),
+        kernel(40, 20, correlation=10),
+        kernel(0, 30, correlation=3),
+        kernel(30, 5, correlation=3),
+    ]  # correlation 3: launched earlier
     ev = summarize.summarize_events(events)
     s1 = ev["steps"][0]
     assert s1["kernels"]["count"] == 1 and s1["gpu_work_us"] == 20
-    assert ev["launched_before_trace"] == {"events": 2, "kernels": 2, "gpu_work_us": 35, "first_us": 0,
-                                           "last_us": 35}
+    assert ev["launched_before_trace"] == {"events": 2, "kernels": 2, "gpu_work_us": 35, "first_us": 0, "last_us": 35}
     assert ev["attributed_by_clock"] == 0
-    assert "launched before the trace: 2 kernels" in summarize.format_table([ev])
+    assert "launched before the trace: 2 kernels" in formatting.format_table([ev])
     assert ev["window"]["gpu_busy_us"] == 55, "it still kept the GPU busy"
 
 
@@ -181,7 +206,9 @@ def test_the_clock_only_for_gpu_events_without_a_correlation_id():
 
 
 def test_work_launched_between_steps_is_its_own_line():
-    ev = summarize.summarize_events([step(1, 0, 100), step(2, 150, 100), launch(120, 4), kernel(130, 10, correlation=4)])
+    ev = summarize.summarize_events(
+        [step(1, 0, 100), step(2, 150, 100), launch(120, 4), kernel(130, 10, correlation=4)]
+    )
     assert [s["kernels"]["count"] for s in ev["steps"]] == [0, 0]
     assert ev["launched_outside_steps"]["kernels"] == 1
 
@@ -189,40 +216,52 @@ def test_work_launched_between_steps_is_its_own_line():
 def test_gpu_time_per_launching_scope():
     """The scope open when the launch call ran owns the work, wherever it ran; gpu_user_annotation spans
     (matched to the CPU scope by External id) give each scope's stretch on the GPU track."""
-    events = [step(1, 0, 100),
-              x(TO_DEVICE, "user_annotation", 10, 10, **{"External id": 51}),
-              x(FORWARD_BACKWARD, "user_annotation", 20, 50, **{"External id": 52}),
-              launch(12, 1, name="cudaMemcpyAsync"), x("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 14, 2,
-                                                      stream=7, correlation=1, bytes=8),
-              launch(25, 2), launch(30, 3), kernel(40, 10, correlation=2), kernel(55, 20, correlation=3),
-              launch(80, 4), kernel(85, 5, correlation=4),
-              x(FORWARD_BACKWARD, "gpu_user_annotation", 40, 35, stream=7, **{"External id": 52})]
+    events = [
+        step(1, 0, 100),
+        x(TO_DEVICE, "user_annotation", 10, 10, **{"External id": 51}),
+        x(FORWARD_BACKWARD, "user_annotation", 20, 50, **{"External id": 52}),
+        launch(12, 1, name="cudaMemcpyAsync"),
+        x("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 14, 2, stream=7, correlation=1, bytes=8),
+        launch(25, 2),
+        launch(30, 3),
+        kernel(40, 10, correlation=2),
+        kernel(55, 20, correlation=3),
+        launch(80, 4),
+        kernel(85, 5, correlation=4),
+        x(FORWARD_BACKWARD, "gpu_user_annotation", 40, 35, stream=7, **{"External id": 52}),
+    ]
     s = summarize.summarize_events(events)["steps"][0]
-    assert s["gpu_work_by_scope_us"] == {TO_DEVICE: 2, FORWARD_BACKWARD: 30, summarize.OUTSIDE_SCOPES: 5}
+    assert s["gpu_work_by_scope_us"] == {TO_DEVICE: 2, FORWARD_BACKWARD: 30, attribution.OUTSIDE_SCOPES: 5}
     assert s["gpu_annotation_us"] == {FORWARD_BACKWARD: 35}
 
 
 # --------------------------------------------------------------------------- the CPU runs ahead
 
+
 def test_gpu_work_follows_the_launching_step_when_the_cpu_runs_ahead():
     """CUDA-graph-like: steps of 10 us on the CPU launch 40 us of kernels each, which run later.
 
     Clipped to the steps, the GPU looks half idle; on the GPU's own timeline it never idles."""
-    events = [step(1, 0, 10), step(2, 10, 10),
-              launch(2, 1, name="cudaGraphLaunch"), launch(12, 2, name="cudaGraphLaunch"),
-              kernel(5, 40, correlation=1), kernel(45, 40, correlation=2)]
+    events = [
+        step(1, 0, 10),
+        step(2, 10, 10),
+        launch(2, 1, name="cudaGraphLaunch"),
+        launch(12, 2, name="cudaGraphLaunch"),
+        kernel(5, 40, correlation=1),
+        kernel(45, 40, correlation=2),
+    ]
     ev = summarize.summarize_events(events)
     first, second = ev["steps"]
     assert first["gpu_work_us"] == 40 and second["gpu_work_us"] == 40
     assert first["gpu_span_us"] == 40 and second["gpu_span_us"] is None
-    assert second["gpu_span_null_reason"] == summarize.OPEN_SLOT
+    assert second["gpu_span_null_reason"] == attribution.OPEN_SLOT
     assert ev["window"]["gpu_lag_us"] == 65 and ev["cpu_runs_ahead"] is True
     assert ev["idle_basis"] == "gpu_timeline" and ev["gpu_idle_share"] == 0
     assert ev["window"]["idle"]["cpu_steps"]["idle_share"] == pytest.approx(0.25), "what clipping would say"
-    h = summarize.headline(ev)
+    h = diagnosis.headline(ev)
     assert h["profiled_step_ms"] == pytest.approx(0.04), "the GPU sets the pace"
     assert h["gpu_work_ms_per_step"] <= h["gpu_span_ms_per_step"] == pytest.approx(0.04)
-    table = summarize.format_table([ev])
+    table = formatting.format_table([ev])
     assert "runs ahead" in table and "pytorch/kineto#1165" in table
 
 
@@ -245,52 +284,75 @@ def test_cpu_bound_steps_are_not_flagged_as_running_ahead():
     ev = summarize.summarize_events([step(1, 0, 100), launch(1, 3), kernel(10, 30, correlation=3)])
     assert ev["window"]["gpu_work_us"] == 30 and ev["steps"][0]["gpu_lag_us"] == 0 and ev["cpu_runs_ahead"] is False
     assert ev["idle_basis"] == "cpu_steps" and ev["steps"][0]["gpu_span_us"] is None
-    assert ev["steps"][0]["gpu_span_null_reason"] == summarize.OPEN_SLOT, "one step: its slot never ends"
+    assert ev["steps"][0]["gpu_span_null_reason"] == attribution.OPEN_SLOT, "one step: its slot never ends"
     assert ev["steps"][0]["gpu_idle_share"] == pytest.approx(0.7), "the CPU's steps keep their figures"
-    h = summarize.headline(ev)
-    assert h["gpu_span_ms_per_step"] is None and h["null_reasons"]["gpu_span_ms_per_step"] == summarize.OPEN_SLOT
+    h = diagnosis.headline(ev)
+    assert h["gpu_span_ms_per_step"] is None and h["null_reasons"]["gpu_span_ms_per_step"] == attribution.OPEN_SLOT
     assert h["gpu_work_ms_per_step"] == pytest.approx(0.03)
 
 
 def test_overlapping_steps_null_the_per_step_gpu_span_with_a_reason():
     """Step 1's work (stream 7) runs on past the start of step 2's (stream 8): step 1's GPU work exceeds
     its GPU span, the invariant fails, and its GPU-timeline figures are null with the reason."""
-    events = [step(1, 0, 10), step(2, 10, 10), launch(1, 1), launch(11, 2),
-              kernel(20, 80, stream=7, correlation=1), kernel(50, 10, stream=8, correlation=2)]
+    events = [
+        step(1, 0, 10),
+        step(2, 10, 10),
+        launch(1, 1),
+        launch(11, 2),
+        kernel(20, 80, stream=7, correlation=1),
+        kernel(50, 10, stream=8, correlation=2),
+    ]
     ev = summarize.summarize_events(events)
     s1, s2 = ev["steps"]
     assert ev["cpu_runs_ahead"] and s1["gpu_span_us"] is None and "exceeds its GPU span" in s1["gpu_null_reason"]
     assert s1["gpu_span_null_reason"] == s1["gpu_null_reason"]
     assert s1["gpu_idle_share"] is None and s1["gpu_work_us"] == 80
-    assert s2["gpu_span_us"] is None and s2["gpu_span_null_reason"] == summarize.OPEN_SLOT
-    assert ev["window"]["gpu_span_per_step_us"] is None and "exceeds their slots" in \
-        ev["window"]["gpu_span_per_step_null_reason"]
-    assert "exceeds its GPU span" in summarize.format_table([ev])
+    assert s2["gpu_span_us"] is None and s2["gpu_span_null_reason"] == attribution.OPEN_SLOT
+    assert (
+        ev["window"]["gpu_span_per_step_us"] is None
+        and "exceeds their slots" in ev["window"]["gpu_span_per_step_null_reason"]
+    )
+    assert "exceeds its GPU span" in formatting.format_table([ev])
 
 
 def test_a_cpu_bound_step_whose_work_overlaps_the_next_keeps_its_cpu_figures_and_says_why():
     """Idle on the CPU's steps stays; only the step's GPU span goes, with the reason, in the table too."""
-    events = [step(1, 0, 100), step(2, 100, 100), launch(1, 1), launch(101, 2),
-              kernel(10, 100, stream=7, correlation=1), kernel(105, 10, stream=8, correlation=2)]
+    events = [
+        step(1, 0, 100),
+        step(2, 100, 100),
+        launch(1, 1),
+        launch(101, 2),
+        kernel(10, 100, stream=7, correlation=1),
+        kernel(105, 10, stream=8, correlation=2),
+    ]
     ev = summarize.summarize_events(events)
     s1 = ev["steps"][0]
     assert ev["idle_basis"] == "cpu_steps" and s1["gpu_idle_share"] == pytest.approx(0.1)
     assert s1["gpu_span_us"] is None and "exceeds its GPU span" in s1["gpu_span_null_reason"]
-    assert "step #1: the GPU work this step launched" in summarize.format_table([ev])
+    assert "step #1: the GPU work this step launched" in formatting.format_table([ev])
 
 
 def test_headline_nulls_gpu_work_that_exceeds_the_gpu_span():
     """The headline's own check, on the complete slots: were their work ever above their span, the figure
     goes, with why."""
-    ev = summarize.summarize_events([step(1, 0, 100), step(2, 100, 100), launch(1, 3), kernel(10, 30, correlation=3),
-                                     launch(101, 4), kernel(110, 30, correlation=4)])
-    assert summarize.headline(ev)["gpu_span_ms_per_step"] == pytest.approx(0.1)
+    ev = summarize.summarize_events(
+        [
+            step(1, 0, 100),
+            step(2, 100, 100),
+            launch(1, 3),
+            kernel(10, 30, correlation=3),
+            launch(101, 4),
+            kernel(110, 30, correlation=4),
+        ]
+    )
+    assert diagnosis.headline(ev)["gpu_span_ms_per_step"] == pytest.approx(0.1)
     ev["window"]["gpu_slots_work_us"] = 101  # what a wrong attribution would produce
-    h = summarize.headline(ev)
+    h = diagnosis.headline(ev)
     assert h["gpu_work_ms_per_step"] is None and "exceeds the GPU span" in h["null_reasons"]["gpu_work_ms_per_step"]
 
 
 # --------------------------------------------------------------------------- reading
+
 
 def test_gzip_and_plain_traces_read_the_same(tmp_path):
     events = [step(1, 0, 100), kernel(10, 30), scope(NEXT_BATCH, 0, 10)]
@@ -302,33 +364,50 @@ def test_gzip_and_plain_traces_read_the_same(tmp_path):
 @pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
 def test_streaming_reader_handles_any_chunk_boundary_and_key_order(tmp_path, chunk):
     """Metadata before and after traceEvents, numbers cut at a chunk's end, nested args: the same events."""
-    events = [step(1, 0, 100), kernel(10.125, 30.5, correlation=123456), scope(NEXT_BATCH, 0, 10),
-              {"ph": "M", "name": "process_name", "args": {"name": 'a "quoted" ] } , name \\ [{'}}]
+    events = [
+        step(1, 0, 100),
+        kernel(10.125, 30.5, correlation=123456),
+        scope(NEXT_BATCH, 0, 10),
+        {"ph": "M", "name": "process_name", "args": {"name": 'a "quoted" ] } , name \\ [{'}},
+    ]
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "H200"}],
-                                "traceEvents": events, "baseTimeNanoseconds": 1234567890123,
-                                "traceName": "x"}, indent=1))
-    assert list(summarize.iter_events(str(path), chunk=chunk)) == events
+    path.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 1,
+                "deviceProperties": [{"id": 0, "name": "H200"}],
+                "traceEvents": events,
+                "baseTimeNanoseconds": 1234567890123,
+                "traceName": "x",
+            },
+            indent=1,
+        )
+    )
+    assert list(reader.iter_events(str(path), chunk=chunk)) == events
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(events))
-    assert list(summarize.iter_events(str(bare), chunk=chunk)) == events
+    assert list(reader.iter_events(str(bare), chunk=chunk)) == events
 
 
-@pytest.mark.parametrize("text,message", [
-    ("not json", "not a readable Chrome trace"),
-    ('{"traceEvents": [{"ph": "X"}, ', "not a readable Chrome trace"),
-    ('{"schemaVersion": 1}', "no traceEvents list"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("not json", "not a readable Chrome trace"),
+        ('{"traceEvents": [{"ph": "X"}, ', "not a readable Chrome trace"),
+        ('{"schemaVersion": 1}', "no traceEvents list"),
+    ],
+)
 def test_streaming_reader_refuses_what_is_not_a_trace(tmp_path, text, message):
     path = tmp_path / "bad.json"
     path.write_text(text)
-    with pytest.raises(summarize.TraceError, match=message):
-        list(summarize.iter_events(str(path), chunk=8))
+    with pytest.raises(reader.TraceError, match=message):
+        list(reader.iter_events(str(path), chunk=8))
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "summarize.py"), *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "steplens", "summarize", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_side_by_side_shows_the_ratio(tmp_path):
@@ -336,7 +415,7 @@ def test_cli_side_by_side_shows_the_ratio(tmp_path):
     b = write(tmp_path, [step(1, 0, 50), kernel(0, 20)], "b.json")
     proc = run_cli(a, b)
     assert proc.returncode == 0, proc.stderr
-    row = next(l for l in proc.stdout.splitlines() if l.startswith("step wall ms"))
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("step wall ms"))
     assert row.split()[-1] == "0.50"
     assert "B/A" in proc.stdout and "the profiler adds its own cost" in proc.stdout
 
@@ -344,7 +423,7 @@ def test_cli_side_by_side_shows_the_ratio(tmp_path):
 def test_cli_json_is_one_object_per_trace(tmp_path):
     a = write(tmp_path, [step(1, 0, 100), step(2, 100, 100), kernel(0, 20)], "a.json")
     proc = run_cli(a, a, "--json")
-    objs = [json.loads(l) for l in proc.stdout.splitlines()]
+    objs = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(objs) == 2 and objs[0]["gpu_idle_share"] == pytest.approx(0.9) and len(objs[0]["steps"]) == 2
 
 
@@ -352,13 +431,14 @@ def test_cli_refuses_a_file_that_is_not_a_trace(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("not json")
     proc = run_cli(str(bad))
-    assert proc.returncode == 1 and proc.stderr.startswith("summarize.py: error:")
+    assert proc.returncode == 1 and proc.stderr.startswith("steplens summarize: error:")
     assert len(proc.stderr.strip().splitlines()) == 1
     empty = write(tmp_path, [kernel(0, 1)], "noprof.json")
     assert "no ProfilerStep" in run_cli(empty).stderr
 
 
 # --------------------------------------------------------------------------- real traces
+
 
 def test_real_cpu_trace_from_profile_mode(profile_run):
     """A trace train.py wrote: three steps, every scope timed, GPU figures null; streaming = json.load."""
@@ -371,12 +451,13 @@ def test_real_cpu_trace_from_profile_mode(profile_run):
     assert ev["gpu_idle_share"] is None
     # with_stack=True's Python slices cross the scopes in the profiler's export; profile mode repairs them
     assert ev["crossing_slices"]["count"] == 0 and ev["perfetto_drops"]["count"] == 0, ev["crossing_slices"]
-    assert summarize.summarize_events(summarize.load_events(trace), name=trace) == ev
+    assert summarize.summarize_events(reader.load_events(trace), name=trace) == ev
 
 
 def stored(pattern="*"):
-    return sorted(glob.glob(os.path.join(RESULTS, pattern, "profile", "runs", "*", "outputs", "traces",
-                                         "*.pt.trace.json.gz")))
+    return sorted(
+        glob.glob(os.path.join(RESULTS, pattern, "profile", "runs", "*", "outputs", "traces", "*.pt.trace.json.gz"))
+    )
 
 
 def run_json(trace):
@@ -391,16 +472,23 @@ def graph_traces():
 def test_stored_traces_stream_to_the_same_evidence_as_json_load():
     """On real H200 traces (graphed, eager, and the 55 MB workers=0 one), the streaming reader gives exactly
     the evidence that reading the whole file with json.load gives; small chunks cut events anywhere."""
-    chosen = graph_traces()[:2] + stored("h200-knobs")[:1] + [t for t in reprofile("eager")
-                                                              if run_json(t)["settings"]["workers"] == 0
-                                                              and run_json(t)["settings"]["profile_detail"] == "full"][:1]
+    chosen = (
+        graph_traces()[:2]
+        + stored("h200-knobs")[:1]
+        + [
+            t
+            for t in reprofile("eager")
+            if run_json(t)["settings"]["workers"] == 0 and run_json(t)["settings"]["profile_detail"] == "full"
+        ][:1]
+    )
     assert len(chosen) == 4
     for t in chosen:
-        expected = summarize.summarize_events(summarize.load_events(t), name=t)
+        expected = summarize.summarize_events(reader.load_events(t), name=t)
         assert summarize.summarize_file(t) == expected, t
     small = chosen[0]
-    assert summarize.summarize_events(summarize.iter_events(small, chunk=4093), name=small) == \
-        summarize.summarize_events(summarize.load_events(small), name=small)
+    assert summarize.summarize_events(reader.iter_events(small, chunk=4093), name=small) == summarize.summarize_events(
+        reader.load_events(small), name=small
+    )
 
 
 def test_stored_graph_traces_count_the_same_kernels_in_every_replay():
@@ -419,8 +507,9 @@ def test_stored_graph_traces_count_the_same_kernels_in_every_replay():
 
 
 def reprofile(kind):
-    return sorted(glob.glob(os.path.join(RESULTS, "h200-reprofile", kind, "runs", "*", "outputs", "traces",
-                                         "*.pt.trace.json.gz")))
+    return sorted(
+        glob.glob(os.path.join(RESULTS, "h200-reprofile", kind, "runs", "*", "outputs", "traces", "*.pt.trace.json.gz"))
+    )
 
 
 def test_stored_traces_keep_gpu_work_within_the_gpu_span():
@@ -428,13 +517,13 @@ def test_stored_traces_keep_gpu_work_within_the_gpu_span():
     the last step's slot is open, its span null with the reason."""
     for t in stored() + reprofile("graph"):
         ev = summarize.summarize_file(t)
-        h = summarize.headline(ev)
+        h = diagnosis.headline(ev)
         assert h["gpu_work_ms_per_step"] is not None and h["gpu_work_ms_per_step"] <= h["gpu_span_ms_per_step"], t
         for s in ev["steps"][:-1]:
             assert s["gpu_span_us"] is not None, (t, s["step"], s["gpu_null_reason"])
-            assert s["gpu_work_us"] <= s["gpu_span_us"] + summarize.EPS_US, (t, s["step"])
+            assert s["gpu_work_us"] <= s["gpu_span_us"] + attribution.EPS_US, (t, s["step"])
         last = ev["steps"][-1]
-        assert last["gpu_span_us"] is None and last["gpu_span_null_reason"] == summarize.OPEN_SLOT, t
+        assert last["gpu_span_us"] is None and last["gpu_span_null_reason"] == attribution.OPEN_SLOT, t
         assert ev["window"]["gpu_slots"] == len(ev["steps"]) - 1, t
 
 
@@ -449,10 +538,10 @@ def test_stored_cpu_bound_traces_read_a_gpu_span_per_step_near_the_step():
         if ev["idle_basis"] != "cpu_steps":
             continue
         checked += 1
-        h = summarize.headline(ev)
+        h = diagnosis.headline(ev)
         assert h["gpu_span_ms_per_step"] == pytest.approx(h["cpu_step_ms"], rel=0.25), (t, h)
         last = ev["steps"][-1]
-        assert last["gpu_span_us"] is None and last["gpu_span_null_reason"] == summarize.OPEN_SLOT, t
+        assert last["gpu_span_us"] is None and last["gpu_span_null_reason"] == attribution.OPEN_SLOT, t
         assert last["gpu_idle_share"] is not None, "on the CPU's steps the last step keeps its idle figures"
     assert checked >= 10 and any("cd710336" in t for t in chosen) and any("a3a10a8e" in t for t in chosen)
 
@@ -465,7 +554,7 @@ def test_launching_scope_agrees_with_the_gpu_annotations_of_graph_replays():
         for s in summarize.summarize_file(t)["steps"]:
             assert set(s["gpu_annotation_us"]) == set(s["gpu_work_by_scope_us"]), (t, s["step"])
             for sc, span in s["gpu_annotation_us"].items():
-                assert s["gpu_work_by_scope_us"][sc] <= span + summarize.EPS_US, (t, s["step"], sc)
+                assert s["gpu_work_by_scope_us"][sc] <= span + attribution.EPS_US, (t, s["step"], sc)
 
 
 def test_stored_gpu_bound_traces_idle_on_the_gpu_timeline_not_the_cpu_steps():
@@ -508,7 +597,7 @@ def test_stored_gpu_work_per_step_stays_within_the_event_timed_gpu_time():
     for t in graph_traces():
         limits = bench_gpu_ms(t)
         assert len(limits) >= 2, f"{t}: no bench runs with its settings"
-        work = summarize.headline(summarize.summarize_file(t))["gpu_work_ms_per_step"]
+        work = diagnosis.headline(summarize.summarize_file(t))["gpu_work_ms_per_step"]
         assert work <= min(limits) * PROFILED_GPU_SLOWDOWN, (t, work, limits)
         assert work > 0.8 * min(limits), "the work launched per step is most of the GPU's time per step"
 
@@ -527,13 +616,26 @@ def test_scaled_trace_repeats_the_original_per_step(tmp_path):
     original's three (the copies' own work launched before the trace stays off the steps)."""
     original = graph_traces()[0]
     scaled = str(tmp_path / "scaled.pt.trace.json.gz")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "scale_trace.py"), original, scaled,
-                           "--copies", "3"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "scale_trace.py"), original, scaled, "--copies", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     a, b = summarize.summarize_file(original), summarize.summarize_file(scaled)
     assert len(b["steps"]) == 3 * len(a["steps"])
-    keys = ("wall_us", "scopes_cpu_us", "gpu_work_us", "gpu_work_by_scope_us", "kernels", "h2d", "launch_cpu_us",
-            "graph_launches", "gpu_annotation_us")
+    keys = (
+        "wall_us",
+        "scopes_cpu_us",
+        "gpu_work_us",
+        "gpu_work_by_scope_us",
+        "kernels",
+        "h2d",
+        "launch_cpu_us",
+        "graph_launches",
+        "gpu_annotation_us",
+    )
     for i, s in enumerate(b["steps"]):
         o = a["steps"][i % len(a["steps"])]
         assert s["step"] == o["step"] + (i // len(a["steps"])) * len(a["steps"])

@@ -7,15 +7,14 @@ import urllib.error
 
 import pytest
 import torch
-
-import summarize
-import data
-import train
-from settings import parse_settings
-import runinfo
-import profiling
-import scopes
 from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
+
+import train
+from steplens import atomic, errors, scopes
+from steplens.evidence import distortion
+from steplens.job import data, machine, runrecord
+from steplens.job.settings import parse_settings
+from steplens.trace import reader
 
 
 def read_json(path):
@@ -25,7 +24,7 @@ def read_json(path):
 
 def test_model_is_the_cifar_resnet18_variant():
     """3x3 stride-1 first conv without bias, no max-pool, 10 outputs, 11,173,962 parameters."""
-    model = train.build_model(torch)
+    model = train.build_model()
     conv = model.conv1
     assert (conv.kernel_size, conv.stride, conv.padding, conv.bias) == ((3, 3), (1, 1), (1, 1), None)
     assert isinstance(model.maxpool, torch.nn.Identity)
@@ -40,13 +39,14 @@ def test_four_scopes_in_each_profiled_step_in_order(profile_run):
     traces = glob.glob(os.path.join(profile_run["outputs"], "traces", "*.pt.trace.json.gz"))
     assert traces
     for trace in traces:
-        events = [e for e in summarize.load_events(trace) if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+        events = [e for e in reader.load_events(trace) if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
         steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
         assert len(steps) == 3, f"{trace}: {len(steps)} active steps, expected 3"
         for st in steps:
             s0, s1 = st["ts"], st["ts"] + st["dur"]
-            inside = sorted((e for e in events if e["name"] in scopes.SCOPES and s0 <= e["ts"] < s1),
-                            key=lambda e: e["ts"])
+            inside = sorted(
+                (e for e in events if e["name"] in scopes.SCOPES and s0 <= e["ts"] < s1), key=lambda e: e["ts"]
+            )
             assert [e["name"] for e in inside] == list(scopes.SCOPES), f"{st['name']}: {[e['name'] for e in inside]}"
             for a, b in zip(inside, inside[1:]):
                 assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, f"{a['name']} overlaps {b['name']}"
@@ -101,7 +101,7 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
     ev = results["evidence"]
     each = results["unprofiled"]["step_ms_each"]
     assert len(each) == scopes.PROFILE_STEPS and all(v > 0 for v in each)
-    assert ev["unprofiled_step_ms"] == pytest.approx(profiling.pooled_pace(results)[0])  # before and after, pooled
+    assert ev["unprofiled_step_ms"] == pytest.approx(distortion.pooled_pace(results)[0])  # before and after, pooled
     assert len(results["steps_s"]) == len(results["inputs_s"]) == scopes.PROFILE_STEPS
     assert all(0 <= w <= t for w, t in zip(results["inputs_s"], results["steps_s"])), "a wait is part of its step"
     assert ev["profiler_distortion"] == pytest.approx(ev["profiled_step_ms"] / ev["unprofiled_step_ms"])
@@ -116,7 +116,8 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
         assert "for the whole run (cycle(s) 1, 2, not this cycle alone)" in text
         assert read_json(c["evidence_json"])["capture"]["dumps"] == [
             {"cycle": d["cycle"], "seconds": d["dump_seconds"], "before_step": d["dump_before_step"]}
-            for d in results["cycles"]]
+            for d in results["cycles"]
+        ]
         assert ("after cycle 1's trace was written" in text) == (c["cycle"] == 2)
 
 
@@ -128,7 +129,7 @@ def test_lean_profile_records_no_shapes_memory_or_stacks(tmp_path):
     results = read_json(os.path.join(outputs, "run.json"))["results"]
     assert results["profile_detail"] == "lean" and not any(results["options"].values())
     trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[0]
-    events = summarize.load_events(trace)
+    events = reader.load_events(trace)
     assert not [e for e in events if e.get("cat") == "python_function"]
     assert not [e for e in events if e.get("cat") == "cpu_op" and "Input Dims" in (e.get("args") or {})]
     assert not [e for e in events if e.get("name") == "[memory]"]
@@ -153,11 +154,21 @@ def test_polyaxon_cli_reads_the_offline_run(bench_run):
     """`polyaxon ops ls --offline` and `ops get --offline` show the local run with its outputs."""
     env = polyaxon_env(bench_run["root"])
     cli = [sys.executable, "-m", "polyaxon"]
-    ls = subprocess.run(cli + ["ops", "ls", "--offline", "--path", str(bench_run["root"])],
-                        env=env, capture_output=True, text=True, timeout=120)
+    ls = subprocess.run(
+        cli + ["ops", "ls", "--offline", "--path", str(bench_run["root"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ls.returncode == 0 and bench_run["uuid"] in ls.stdout, ls.stdout + ls.stderr
-    get = subprocess.run(cli + ["ops", "get", "--offline", "-uid", bench_run["uuid"], "--path", str(bench_run["root"])],
-                         env=env, capture_output=True, text=True, timeout=120)
+    get = subprocess.run(
+        cli + ["ops", "get", "--offline", "-uid", bench_run["uuid"], "--path", str(bench_run["root"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert get.returncode == 0, get.stdout + get.stderr
     assert "samples_per_sec" in get.stdout and "succeeded" in get.stdout
 
@@ -183,8 +194,9 @@ BAD_FLAGS = [
 def test_bad_flag_refused_in_one_line_before_heavy_work(tmp_path, argv, flag):
     """Exit 2, one line naming the flag, and nothing created: no data download, no Polyaxon run."""
     data_dir = tmp_path / "data"
-    proc = run_train(argv + ["--data-dir", str(data_dir)] if "--data-dir" not in argv else argv,
-                     tmp_path / "offline", timeout=60)
+    proc = run_train(
+        argv + ["--data-dir", str(data_dir)] if "--data-dir" not in argv else argv, tmp_path / "offline", timeout=60
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("train.py: error:") and flag in lines[0], proc.stderr
@@ -193,17 +205,21 @@ def test_bad_flag_refused_in_one_line_before_heavy_work(tmp_path, argv, flag):
 
 def test_bad_flags_never_import_torch():
     """Flags are checked before torch (and CUDA) is touched."""
-    code = ("import sys; sys.argv=['train.py','--mode','bench','--workers','-1']; import train\n"
-            "try:\n    train.parse_settings()\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)")
+    code = (
+        "import sys; sys.argv=['train.py','--mode','bench','--workers','-1']; import train\n"
+        "try:\n    train.parse_settings()\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
 
 
 def test_the_settings_module_never_imports_torch():
-    """settings.py (every flag and its checks) imports no torch, so a bad flag costs no torch start-up."""
-    code = ("import sys, settings\n"
-            "settings.parse_settings(['--mode', 'bench', '--workers', '2', '--data', 'synthetic'])\n"
-            "print('torch' in sys.modules)")
+    """steplens/job/settings.py (every flag and its checks) imports no torch, so a bad flag costs no torch start-up."""
+    code = (
+        "import sys\nfrom steplens.job import settings\n"
+        "settings.parse_settings(['--mode', 'bench', '--workers', '2', '--data', 'synthetic'])\n"
+        "print('torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["False"], proc.stdout + proc.stderr
 
@@ -222,11 +238,32 @@ def test_failed_download_names_synthetic_and_fails_the_run(tmp_path):
     """A CIFAR-10 download that fails exits 1 with a message naming --data synthetic; the run is failed, and
     the folders made for the missing --data-dir are gone."""
     dead = "http://127.0.0.1:9"  # nothing listens there: the download fails at once
-    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "cifar10",
-                      "--data-dir", str(tmp_path / "new" / "d"), "--batch-size", "4", "--warmup-steps", "1",
-                      "--bench-steps", "1"],
-                     tmp_path / "offline", timeout=300, https_proxy=dead, HTTPS_PROXY=dead, http_proxy=dead,
-                     HTTP_PROXY=dead, no_proxy="", NO_PROXY="")
+    proc = run_train(
+        [
+            "--mode",
+            "bench",
+            "--device",
+            "cpu",
+            "--data",
+            "cifar10",
+            "--data-dir",
+            str(tmp_path / "new" / "d"),
+            "--batch-size",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--bench-steps",
+            "1",
+        ],
+        tmp_path / "offline",
+        timeout=300,
+        https_proxy=dead,
+        HTTPS_PROXY=dead,
+        http_proxy=dead,
+        HTTP_PROXY=dead,
+        no_proxy="",
+        NO_PROXY="",
+    )
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("train.py: error: CIFAR-10") and "--data synthetic" in last
@@ -246,7 +283,7 @@ def test_download_error_is_reported_in_process(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torchvision.datasets.CIFAR10, "download", fail)
     args = parse_settings(["--mode", "bench", "--data-dir", str(tmp_path)])
-    with pytest.raises(runinfo.UserError, match="--data synthetic"):
+    with pytest.raises(errors.UserError, match="--data synthetic"):
         data.build_dataset(args, data.build_transform())
 
 
@@ -261,49 +298,82 @@ def write_cgroup(root, files, own="0::/\n"):
     return str(proc)
 
 
-@pytest.mark.parametrize("files,expected,source", [
-    ({"cpu.max": "400000 100000\n"}, 4.0, "cgroup v2"),
-    ({"cpu.max": "150000 100000\n"}, 1.5, "cgroup v2"),
-    ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0, "cgroup v1"),
-])
+@pytest.mark.parametrize(
+    "files,expected,source",
+    [
+        ({"cpu.max": "400000 100000\n"}, 4.0, "cgroup v2"),
+        ({"cpu.max": "150000 100000\n"}, 1.5, "cgroup v2"),
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0, "cgroup v1"),
+    ],
+)
 def test_cpu_budget_reads_the_cgroup_quota(tmp_path, monkeypatch, files, expected, source):
     """A pod's quota wins over the node's cores that affinity shows (a 4-CPU pod on 64 cores reads 4)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     proc = write_cgroup(tmp_path, files)
-    budget = runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    budget = machine.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
     assert budget["cpus"] == expected and budget["source"].startswith(source) and budget["affinity_cpus"] == 64
 
 
 NESTED = [
     # v2: the pod's quota (2 CPUs) binds its container, which sets none, and beats the node slice's 8.
-    ({"cpu.max": "max 100000\n", "kubepods/cpu.max": "800000 100000\n", "kubepods/pod1/cpu.max": "200000 100000\n",
-      "kubepods/pod1/ctr/cpu.max": "max 100000\n"}, "0::/kubepods/pod1/ctr\n", 2.0, "kubepods/pod1/cpu.max"),
+    (
+        {
+            "cpu.max": "max 100000\n",
+            "kubepods/cpu.max": "800000 100000\n",
+            "kubepods/pod1/cpu.max": "200000 100000\n",
+            "kubepods/pod1/ctr/cpu.max": "max 100000\n",
+        },
+        "0::/kubepods/pod1/ctr\n",
+        2.0,
+        "kubepods/pod1/cpu.max",
+    ),
     # v2: the container's own quota is the smaller one.
-    ({"kubepods/pod1/cpu.max": "400000 100000\n", "kubepods/pod1/ctr/cpu.max": "150000 100000\n"},
-     "0::/kubepods/pod1/ctr\n", 1.5, "kubepods/pod1/ctr/cpu.max"),
+    (
+        {"kubepods/pod1/cpu.max": "400000 100000\n", "kubepods/pod1/ctr/cpu.max": "150000 100000\n"},
+        "0::/kubepods/pod1/ctr\n",
+        1.5,
+        "kubepods/pod1/ctr/cpu.max",
+    ),
     # v2 seen from inside a container without a cgroup namespace: its path is absent under the mount; the root holds it.
     ({"cpu.max": "300000 100000\n"}, "0::/kubepods/pod1/ctr\n", 3.0, "cgroup v2"),
     # v1: the cpu controller's own path from /proc/self/cgroup, then its parents; -1 is no quota.
-    ({"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-      "cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "300000\n",
-      "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000\n",
-      "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_quota_us": "-1\n",
-      "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_period_us": "100000\n"},
-     "12:memory:/kubepods/pod1/ctr\n4:cpu,cpuacct:/kubepods/pod1/ctr\n0::/\n", 3.0, "kubepods/pod1"),
+    (
+        {
+            "cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+            "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            "cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "300000\n",
+            "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000\n",
+            "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_quota_us": "-1\n",
+            "cpu,cpuacct/kubepods/pod1/ctr/cpu.cfs_period_us": "100000\n",
+        },
+        "12:memory:/kubepods/pod1/ctr\n4:cpu,cpuacct:/kubepods/pod1/ctr\n0::/\n",
+        3.0,
+        "kubepods/pod1",
+    ),
     # v1: a container quota under a larger pod quota.
-    ({"cpu/kubepods/cpu.cfs_quota_us": "600000\n", "cpu/kubepods/cpu.cfs_period_us": "100000\n",
-      "cpu/kubepods/ctr/cpu.cfs_quota_us": "50000\n", "cpu/kubepods/ctr/cpu.cfs_period_us": "100000\n"},
-     "4:cpu,cpuacct:/kubepods/ctr\n", 0.5, "kubepods/ctr"),
+    (
+        {
+            "cpu/kubepods/cpu.cfs_quota_us": "600000\n",
+            "cpu/kubepods/cpu.cfs_period_us": "100000\n",
+            "cpu/kubepods/ctr/cpu.cfs_quota_us": "50000\n",
+            "cpu/kubepods/ctr/cpu.cfs_period_us": "100000\n",
+        },
+        "4:cpu,cpuacct:/kubepods/ctr\n",
+        0.5,
+        "kubepods/ctr",
+    ),
 ]
 
 
-@pytest.mark.parametrize("files,own,expected,where", NESTED, ids=["v2-pod", "v2-container", "v2-no-namespace",
-                                                                  "v1-pod", "v1-container"])
-def test_cpu_budget_walks_the_nested_cgroups_and_the_smallest_quota_wins(tmp_path, monkeypatch, files, own,
-                                                                         expected, where):
+@pytest.mark.parametrize(
+    "files,own,expected,where", NESTED, ids=["v2-pod", "v2-container", "v2-no-namespace", "v1-pod", "v1-container"]
+)
+def test_cpu_budget_walks_the_nested_cgroups_and_the_smallest_quota_wins(
+    tmp_path, monkeypatch, files, own, expected, where
+):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     proc = write_cgroup(tmp_path, files, own)
-    budget = runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    budget = machine.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
     assert budget["cpus"] == expected and budget["cgroup_quota_cpus"] == expected, budget
     assert where in budget["source"], budget
     assert min(q["cpus"] for q in budget["cgroup_quotas"]) == expected
@@ -313,21 +383,24 @@ def test_cpu_budget_without_quota_is_affinity(tmp_path, monkeypatch):
     """cpu.max 'max' (no quota) and taskset both fall back on affinity."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     proc = write_cgroup(tmp_path, {"cpu.max": "max 100000\n"})
-    assert runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)["cpus"] == 3
+    assert machine.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)["cpus"] == 3
     proc = write_cgroup(tmp_path, {"cpu.max": "800000 100000\n"})
-    budget = runinfo.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
+    budget = machine.cpu_budget(cgroup_root=str(tmp_path), proc_cgroup=proc)
     assert budget["cpus"] == 3 and budget["cgroup_quota_cpus"] == 8
 
 
-@pytest.mark.parametrize("text", [
-    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
-    "GCC version:  gcc 12.3.0\n",
-    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)  "
-    "Thu Jan 23\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+        "GCC version:  gcc 12.3.0\n",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)  "
+        "Thu Jan 23\n",
+    ],
+)
 def test_driver_version_from_the_kernel_module_file(tmp_path, text):
     (tmp_path / "version").write_text(text)
-    assert runinfo.driver_version(str(tmp_path / "version"), nvidia_smi=str(tmp_path / "absent")) == "550.54.15"
+    assert machine.driver_version(str(tmp_path / "version"), nvidia_smi=str(tmp_path / "absent")) == "550.54.15"
 
 
 def test_driver_version_from_nvidia_smi_else_none(tmp_path):
@@ -335,10 +408,10 @@ def test_driver_version_from_nvidia_smi_else_none(tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 570.86.15\n")
     smi.chmod(0o755)
-    assert runinfo.driver_version(str(tmp_path / "absent"), nvidia_smi=str(smi)) == "570.86.15"
+    assert machine.driver_version(str(tmp_path / "absent"), nvidia_smi=str(smi)) == "570.86.15"
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
-    assert runinfo.driver_version(str(tmp_path / "absent"), nvidia_smi=str(smi)) is None
-    assert runinfo.driver_version(str(tmp_path / "absent"), nvidia_smi=str(tmp_path / "absent")) is None
+    assert machine.driver_version(str(tmp_path / "absent"), nvidia_smi=str(smi)) is None
+    assert machine.driver_version(str(tmp_path / "absent"), nvidia_smi=str(tmp_path / "absent")) is None
 
 
 def test_bench_run_logs_its_comparable_facts_flops_and_step_metrics(bench_run):
@@ -361,8 +434,9 @@ def test_bench_run_logs_its_comparable_facts_flops_and_step_metrics(bench_run):
 
 def test_profile_run_logs_each_profiled_step_as_a_metric(profile_run):
     """The profiled step times per ProfilerStep number (2-4, 7-9), charted on the run's dashboard."""
-    path = os.path.join(profile_run["root"], "runs", profile_run["uuid"], "events", "metric",
-                        "profiled_step_wall_ms.plx")
+    path = os.path.join(
+        profile_run["root"], "runs", profile_run["uuid"], "events", "metric", "profiled_step_wall_ms.plx"
+    )
     with open(path) as f:
         text = f.read()
     lines = text.strip().splitlines()  # Polyaxon's event file: "step|timestamp|metric", one line per step
@@ -390,13 +464,17 @@ def test_an_epoch_boundary_inside_the_bench_window_is_said():
     assert train.window_note(0, workers) is None
     assert "shut the 2 DataLoader workers down" in train.window_note(2, workers)
     assert "2 epoch boundaries" in train.window_note(2, workers)
-    assert train.window_note(1, kept) == train.window_note(1, plain) == train.window_note(1, None) == \
-        "the timed window crossed 1 epoch boundary (a new shuffle inside the window)"
+    assert (
+        train.window_note(1, kept)
+        == train.window_note(1, plain)
+        == train.window_note(1, None)
+        == "the timed window crossed 1 epoch boundary (a new shuffle inside the window)"
+    )
 
 
 def test_batches_refuse_a_data_set_smaller_than_a_batch():
     numbers = torch.utils.data.TensorDataset(torch.arange(3.0))
-    with pytest.raises(runinfo.UserError, match="--batch-size"):
+    with pytest.raises(errors.UserError, match="--batch-size"):
         data.Batches(torch.utils.data.DataLoader(numbers, batch_size=4, drop_last=True))
 
 
@@ -412,15 +490,15 @@ def test_synthetic_data_goes_through_the_cifar_transforms():
 
 def test_write_atomic_keeps_the_old_file_when_a_write_fails(tmp_path):
     path = tmp_path / "run.json"
-    runinfo.write_json_atomic(str(path), {"status": "running"})
+    atomic.write_json_atomic(str(path), {"status": "running"})
     with pytest.raises(TypeError):
-        runinfo.write_atomic(str(path), 12345)  # neither text nor bytes: fails inside the write
+        atomic.write_atomic(str(path), 12345)  # neither text nor bytes: fails inside the write
     assert read_json(path) == {"status": "running"}
     assert os.listdir(tmp_path) == ["run.json"]
 
 
 def test_package_inventory_lists_torch():
-    inventory = runinfo.package_inventory().splitlines()
+    inventory = machine.package_inventory().splitlines()
     assert any(line.lower().startswith("torch==") for line in inventory)
 
 
@@ -429,6 +507,7 @@ class FlakyTracking:
 
     def __init__(self, out_dir, failures):
         import types
+
         self.out_dir, self.failures, self.calls, self.ended = str(out_dir), failures, 0, False
         self.TRACKING_RUN = types.SimpleNamespace(run_uuid="u" * 32)
 
@@ -452,9 +531,9 @@ class FlakyTracking:
 def test_final_outputs_are_asked_again_and_never_cost_the_run(tmp_path, monkeypatch, failures, logged):
     """A server that refuses the final outputs is asked three times; after that the run still ends, run.json
     says the outputs were not logged, and nothing raises."""
-    monkeypatch.setattr(runinfo.time, "sleep", lambda s: None)
+    monkeypatch.setattr(runrecord.time, "sleep", lambda s: None)
     tracking = FlakyTracking(tmp_path, failures)
-    record = runinfo.RunRecord(tracking, {"mode": "bench"}, "bench")
+    record = runrecord.RunRecord(tracking, {"mode": "bench"}, "bench")
     record.succeeded({"samples_per_sec": 1.0})
     saved = read_json(tmp_path / "run.json")
     assert tracking.calls == min(failures + 1, 3) and tracking.ended and saved["status"] == "succeeded"
@@ -463,10 +542,11 @@ def test_final_outputs_are_asked_again_and_never_cost_the_run(tmp_path, monkeypa
 
 def assert_traces_nest_for_perfetto(outputs):
     """Every trace profile mode wrote imports whole in Perfetto before v57.1, and run.json says what was repaired."""
-    import nesting
+    from steplens.trace import nesting
+
     cycles = read_json(os.path.join(outputs, "run.json"))["results"]["cycles"]
     for c in cycles:
-        assert nesting.violations(summarize.load_events(c["trace"])) == 0, f"{c['trace']} has crossing slices"
+        assert nesting.violations(reader.load_events(c["trace"])) == 0, f"{c['trace']} has crossing slices"
         p = c["perfetto"]
         assert {"clipped", "clipped_max_us", "moved", "violations_before"} <= set(p), p
         assert p["moved"] == 0, "a CPU-only trace has no GPU events to move"

@@ -1,4 +1,5 @@
 """The answer at a glance: the verdict sentence, and the picture of each profiled cycle."""
+
 import glob
 import json
 import os
@@ -6,15 +7,13 @@ import struct
 import sys
 
 import pytest
+from conftest import ROOT
 
-from conftest import ROOT, TINY, run_train, single_run
-
-import profiling  # noqa: E402
-import stepview  # noqa: E402
-import summarize  # noqa: E402
+from steplens.evidence import attribution, compare, cycle_evidence, diagnosis, formatting, picture, ranks, summarize
+from steplens.scopes import NEXT_BATCH, SCOPES
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import report  # noqa: E402
+from steplens.evidence import report
 
 
 def stored_trace(**want):
@@ -54,13 +53,12 @@ def test_best_set_trace_is_held_by_gpu_compute():
     v, w = ev["verdict"], ev["window"]
     assert v["stage"] == "GPU compute", v["sentence"]
     assert v["share"] == pytest.approx(w["gpu_busy_us"] / w["pace_us"])
-    assert summarize.GPU_BOUND_AT <= v["share"] <= 1.0
+    assert diagnosis.GPU_BOUND_AT <= v["share"] <= 1.0
 
 
 def test_the_parts_a_verdict_weighs_add_up_to_the_step():
     """Busy time plus the GPU's waits (per scope) plus its idle with work queued is the whole step."""
-    for want in ({"workers": 0, "cuda_graph": False},
-                 {"cuda_graph": True, "amp": "bf16"}):
+    for want in ({"workers": 0, "cuda_graph": False}, {"cuda_graph": True, "amp": "bf16"}):
         ev = summarize.summarize_file(stored_trace(**want))
         for part in ev["steps"] + [ev["window"]]:
             if part.get("gpu_busy_us") is None:
@@ -72,42 +70,65 @@ def test_the_parts_a_verdict_weighs_add_up_to_the_step():
             assert part["gpu_busy_us"] + waits + queued == pytest.approx(part["pace_us"], abs=0.05)
 
 
-def figures(scopes=summarize.SCOPES, **over):
-    waits = {summarize.NEXT_BATCH: 150.0, "input/to_device": 0.0, "train/forward_backward": 40.0,
-             "train/optimizer": 10.0, summarize.OUTSIDE_SCOPES: 0.0}
+def figures(scopes=SCOPES, **over):
+    waits = {
+        NEXT_BATCH: 150.0,
+        "input/to_device": 0.0,
+        "train/forward_backward": 40.0,
+        "train/optimizer": 10.0,
+        attribution.OUTSIDE_SCOPES: 0.0,
+    }
     waits.update(over.pop("waits", {}))
-    part = {"steps": 3, "wall_us": 300.0, "pace_us": 300.0, "gpu_busy_us": 60.0, "gpu_idle_us": 240.0,
-            "host_wait_us": 200.0, "gpu_null_reason": None, "input_gap_us": waits[summarize.NEXT_BATCH],
-            "scopes_cpu_us": {n: 75.0 if n in scopes else None for n in summarize.SCOPES},
-            "waits_by_scope_us": waits}
+    part = {
+        "steps": 3,
+        "wall_us": 300.0,
+        "pace_us": 300.0,
+        "gpu_busy_us": 60.0,
+        "gpu_idle_us": 240.0,
+        "host_wait_us": 200.0,
+        "gpu_null_reason": None,
+        "input_gap_us": waits[NEXT_BATCH],
+        "scopes_cpu_us": {n: 75.0 if n in scopes else None for n in SCOPES},
+        "waits_by_scope_us": waits,
+    }
     part.update(over)
-    return {"has_gpu": True, "window": part, "scopes_present": list(scopes),
-            "input_source": {"name": summarize.NEXT_BATCH, "kind": "scope", "null_reason": None}}
+    return {
+        "has_gpu": True,
+        "window": part,
+        "scopes_present": list(scopes),
+        "input_source": {"name": NEXT_BATCH, "kind": "scope", "null_reason": None},
+    }
 
 
 def test_a_verdict_is_never_given_where_its_figure_is_null():
     """No GPU idle figure (the reason given), one step, or a trace without the scopes: no stage named."""
-    v = summarize.verdict(figures(gpu_idle_us=None, gpu_null_reason="no GPU work was launched inside the window"))
+    v = diagnosis.verdict(figures(gpu_idle_us=None, gpu_null_reason="no GPU work was launched inside the window"))
     assert v["stage"] is None and v["share"] is None
     assert v["sentence"].startswith("Cannot tell") and "no GPU work was launched" in v["sentence"]
-    v = summarize.verdict(figures(steps=1))
+    v = diagnosis.verdict(figures(steps=1))
     assert v["stage"] is None and v["sentence"].startswith("Too short")
     ev = figures(scopes=(), input_gap_us=None, host_wait_us=200.0)
-    ev["input_source"] = {"name": None, "kind": None, "null_reason": summarize.NO_INPUT}
-    v = summarize.verdict(ev)
-    assert v["stage"] is None and "none of the four" in v["sentence"] and summarize.NO_INPUT in v["sentence"]
-    v = summarize.verdict(figures())
+    ev["input_source"] = {"name": None, "kind": None, "null_reason": attribution.NO_INPUT}
+    v = diagnosis.verdict(ev)
+    assert v["stage"] is None and "none of the four" in v["sentence"] and attribution.NO_INPUT in v["sentence"]
+    v = diagnosis.verdict(figures())
     assert v["stage"] == "waiting for input" and v["share"] == pytest.approx(0.5)
 
 
 def test_a_close_runner_up_is_named_and_a_busy_gpu_wins_from_half_the_step():
-    v = summarize.verdict(figures(waits={summarize.NEXT_BATCH: 100.0, "train/forward_backward": 90.0,
-                                         "train/optimizer": 0.0}, host_wait_us=190.0))
+    v = diagnosis.verdict(
+        figures(waits={NEXT_BATCH: 100.0, "train/forward_backward": 90.0, "train/optimizer": 0.0}, host_wait_us=190.0)
+    )
     assert v["stage"] == "waiting for input" and v["runner_up"]["stage"] == "host-side launch overhead"
     assert "closely followed by host-side launch overhead" in v["sentence"]
-    v = summarize.verdict(figures(gpu_busy_us=150.0, gpu_idle_us=150.0, host_wait_us=150.0,
-                                  waits={summarize.NEXT_BATCH: 150.0, "train/forward_backward": 0.0,
-                                         "train/optimizer": 0.0}))
+    v = diagnosis.verdict(
+        figures(
+            gpu_busy_us=150.0,
+            gpu_idle_us=150.0,
+            host_wait_us=150.0,
+            waits={NEXT_BATCH: 150.0, "train/forward_backward": 0.0, "train/optimizer": 0.0},
+        )
+    )
     assert v["stage"] == "GPU compute" and v["share"] == pytest.approx(0.5)
 
 
@@ -124,10 +145,9 @@ def test_summarize_and_its_table_open_with_the_verdict(capsys):
 
 def test_the_drawn_lanes_are_summarize_figures(tmp_path):
     """Each drawn GPU lane adds up to the step's basis span and each CPU lane is the step's wall time."""
-    for want in ({"workers": 0, "cuda_graph": False},
-                 {"cuda_graph": True, "amp": "bf16"}):
+    for want in ({"workers": 0, "cuda_graph": False}, {"cuda_graph": True, "amp": "bf16"}):
         ev = summarize.summarize_file(stored_trace(**want), lanes=True)
-        rows = stepview.draw(ev, str(tmp_path / "p.png"), "test")
+        rows = picture.draw(ev, str(tmp_path / "p.png"), "test")
         png_size(tmp_path / "p.png")
         for row, step in zip(rows, ev["steps"]):
             assert row["cpu_ms"] == pytest.approx(step["wall_us"] / 1e3)
@@ -136,8 +156,10 @@ def test_the_drawn_lanes_are_summarize_figures(tmp_path):
                 assert row["gpu_ms"] is None
                 continue
             assert row["gpu_ms"] == pytest.approx(step["pace_us"] / 1e3)
-            drawn = {k: sum(w for kind, _, w in row["gpu"] if kind == k)
-                     for k in ("busy", "input gap", "waiting for the host", "other idle")}
+            drawn = {
+                k: sum(w for kind, _, w in row["gpu"] if kind == k)
+                for k in ("busy", "input gap", "waiting for the host", "other idle")
+            }
             assert sum(drawn.values()) == pytest.approx(row["gpu_ms"], abs=1e-4)
             assert drawn["busy"] == pytest.approx(step["gpu_busy_us"] / 1e3, abs=1e-4)
             assert drawn["input gap"] == pytest.approx(step["input_gap_us"] / 1e3, abs=1e-4)
@@ -149,8 +171,8 @@ def test_without_matplotlib_no_picture_is_drawn_and_the_reason_is_given(tmp_path
     ev = summarize.summarize_file(stored_trace(cuda_graph=True, amp="bf16"), lanes=True)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     cycle = {"cycle": 1, "profiler_steps": [2, 4], "trace": str(tmp_path / "trace-cycle1-steps2-4.pt.trace.json.gz")}
-    path, why = profiling.draw_cycle(cycle, ev)
-    assert path is None and why == stepview.NO_MATPLOTLIB
+    path, why = cycle_evidence.draw_cycle(cycle, ev)
+    assert path is None and why == picture.NO_MATPLOTLIB
     assert not os.listdir(tmp_path), "nothing is left behind"
 
 
@@ -180,17 +202,36 @@ def test_the_end_report_leads_with_the_verdicts_and_the_workers_ratio(tmp_path):
     def make(uuid, settings, run_json, outputs=None):
         b = tmp_path / "runs" / uuid
         (b / "outputs").mkdir(parents=True)
-        (b / "run.plx.json").write_text(json.dumps({"status": "succeeded", "inputs": settings,
-                                                    "created_at": "2026-12-03T10:00:00+00:00",
-                                                    "outputs": outputs or {}}))
+        (b / "run.plx.json").write_text(
+            json.dumps(
+                {
+                    "status": "succeeded",
+                    "inputs": settings,
+                    "created_at": "2026-12-03T10:00:00+00:00",
+                    "outputs": outputs or {},
+                }
+            )
+        )
         (b / "outputs" / "run.json").write_text(json.dumps({"settings": settings, **run_json}))
+
     said = "Waiting for input holds the step: ..."
-    make("p" * 32, {"mode": "profile", "workers": 0}, {"device": "cpu", "results": {"evidence": {
-        "verdict": {"sentence": said}, "input_cpu_share": 0.014, "headline_cycles": [1, 2]},
-        "cycles": [{"picture": "/nowhere/outputs/traces/picture-cycle1.png"}]}})
+    make(
+        "p" * 32,
+        {"mode": "profile", "workers": 0},
+        {
+            "device": "cpu",
+            "results": {
+                "evidence": {"verdict": {"sentence": said}, "input_cpu_share": 0.014, "headline_cycles": [1, 2]},
+                "cycles": [{"picture": "/nowhere/outputs/traces/picture-cycle1.png"}],
+            },
+        },
+    )
     for uuid, w, rate in (("a" * 32, 0, 100.0), ("b" * 32, 4, 91.0)):
-        make(uuid, {"mode": "bench", "workers": w}, {"device": "cpu", "cpu_budget": {"cpus": 2},
-                                                      "results": {"samples_per_sec": rate}})
+        make(
+            uuid,
+            {"mode": "bench", "workers": w},
+            {"device": "cpu", "cpu_budget": {"cpus": 2}, "results": {"samples_per_sec": rate}},
+        )
     out = report.report(report.load_runs(str(tmp_path)))
     lines = out.splitlines()
     assert lines[0] == "the answer"
@@ -204,32 +245,51 @@ def test_the_end_report_leads_with_the_verdicts_and_the_workers_ratio(tmp_path):
 
 
 def test_compare_names_each_group_s_verdict_and_links_its_step_pictures(tmp_path):
-    """compare.py's evidence section: the matching profile run's verdict and its pictures, found under the
+    """steplens compare's evidence section: the matching profile run's verdict and its pictures, found under the
     offline run's own folder when run.json recorded them on another machine."""
-    import compare
 
     env = {"hostname": "h", "gpu": "NVIDIA H200", "driver": "1", "torch": "2.11", "cuda": "13"}
 
     def make(uuid, minute, settings, outputs, results):
         b = tmp_path / "runs" / uuid
         (b / "outputs" / "traces").mkdir(parents=True)
-        (b / "run.plx.json").write_text(json.dumps({"name": uuid, "status": "succeeded", "inputs": settings,
-                                                    "created_at": f"2026-12-03T10:{minute:02d}:00+00:00",
-                                                    "outputs": outputs}))
-        (b / "outputs" / "run.json").write_text(json.dumps({"settings": settings, "environment": env,
-                                                            "cpu_budget": {"cpus": 4}, "results": results}))
+        (b / "run.plx.json").write_text(
+            json.dumps(
+                {
+                    "name": uuid,
+                    "status": "succeeded",
+                    "inputs": settings,
+                    "created_at": f"2026-12-03T10:{minute:02d}:00+00:00",
+                    "outputs": outputs,
+                }
+            )
+        )
+        (b / "outputs" / "run.json").write_text(
+            json.dumps({"settings": settings, "environment": env, "cpu_budget": {"cpus": 4}, "results": results})
+        )
         return b
+
     minute = 0
     for repeat in range(1, 4):
         for w, rate in ((0, 3000.0 + repeat), (4, 10000.0 + repeat)):
             minute += 1
-            make(f"b{w}{repeat}" + "0" * 29, minute, {"mode": "bench", "workers": w, "repeat": repeat},
-                 {"samples_per_sec": rate}, {"samples_per_sec": rate})
+            make(
+                f"b{w}{repeat}" + "0" * 29,
+                minute,
+                {"mode": "bench", "workers": w, "repeat": repeat},
+                {"samples_per_sec": rate},
+                {"samples_per_sec": rate},
+            )
     said = "Waiting for input holds the step: the GPU sits idle while input/next_batch runs for 84% of the step."
     uuid = "p" * 32
     recorded = f"/elsewhere/runs/{uuid}/outputs/traces/picture-cycle1-steps2-4.png"
-    b = make(uuid, 30, {"mode": "profile", "workers": 0}, {"profiled_step_ms": 130.0, "verdict": said},
-             {"cycles": [{"picture": recorded}]})
+    b = make(
+        uuid,
+        30,
+        {"mode": "profile", "workers": 0},
+        {"profiled_step_ms": 130.0, "verdict": said},
+        {"cycles": [{"picture": recorded}]},
+    )
     (b / "outputs" / "traces" / "picture-cycle1-steps2-4.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     out = tmp_path / "cmp"
     assert compare.main(["--offline", str(tmp_path), "--out", str(out)]) == 0
@@ -259,21 +319,27 @@ def test_a_ddp_profile_draws_every_rank_in_one_picture_per_cycle(ddp_profile):
 
 def test_rank_figures_carry_the_rows_each_rank_draws(tmp_path):
     """The rows a rank sends to rank 0 are stepview's rows of its own traces, one entry per cycle."""
-    import ranks
     trace = stored_trace(cuda_graph=True, amp="bf16")
     fig = ranks.rank_figures([trace], rank=0)
     assert len(fig["drawn"]) == 1 and fig["drawn"][0]["has_gpu"]
-    assert fig["drawn"][0]["rows"] == stepview.lanes_of(summarize.summarize_file(trace, lanes=True))
-    stepview.draw_groups([("rank 0 ", fig["drawn"][0]["rows"]), ("rank 1 ", fig["drawn"][0]["rows"])],
-                         str(tmp_path / "r.png"), "two ranks", "said", True, True)
+    assert fig["drawn"][0]["rows"] == picture.lanes_of(summarize.summarize_file(trace, lanes=True))
+    picture.draw_groups(
+        [("rank 0 ", fig["drawn"][0]["rows"]), ("rank 1 ", fig["drawn"][0]["rows"])],
+        str(tmp_path / "r.png"),
+        "two ranks",
+        "said",
+        True,
+        True,
+    )
     one = tmp_path / "one.png"
-    stepview.draw_groups([("rank 0 ", fig["drawn"][0]["rows"])], str(one), "one rank", "said", True, True)
+    picture.draw_groups([("rank 0 ", fig["drawn"][0]["rows"])], str(one), "one rank", "said", True, True)
     assert png_size(tmp_path / "r.png")[1] > png_size(one)[1], "a lane pair per rank and step"
 
 
 def own_loop_trace(tmp_path, workers=0, loader=True, delay_s=0.1):
     """A trace of a reader's own training loop: no four scopes, the profiler's schedule, a small model."""
     import time
+
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -289,8 +355,11 @@ def own_loop_trace(tmp_path, workers=0, loader=True, delay_s=0.1):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = iter(torch.utils.data.DataLoader(Slow(), batch_size=2, num_workers=workers)) if loader else None
     path = str(tmp_path / f"own-{workers}-{loader}.pt.trace.json")
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
-                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=lambda p: p.export_chrome_trace(path),
+    ) as prof:
         for _ in range(5):
             x, y = next(batches) if loader else (torch.randn(2, 8), torch.tensor([0, 1]))
             if not loader:
@@ -312,7 +381,7 @@ def test_a_loop_without_the_scopes_reads_its_input_from_the_dataloader_annotatio
     assert w["input_cpu_us"] / w["wall_us"] > 0.5, "two 100 ms items a step dominate a tiny model's step"
     assert all(v is None for v in w["scopes_cpu_us"].values()), "an absent scope is null, never 0"
     assert ev["verdict"]["stage"] == "waiting for input" and "DataLoader" in ev["verdict"]["sentence"]
-    text = summarize.format_table([ev])
+    text = formatting.format_table([ev])
     assert "input read from enumerate(DataLoader)#" in text
     assert next(line for line in text.splitlines() if line.startswith("cpu input/next_batch ms")).split()[-1] == "n/a"
 
@@ -325,7 +394,7 @@ def test_a_multiprocess_loader_is_found_too(tmp_path):
 def test_a_loop_without_a_dataloader_gets_null_input_figures_with_the_reason(tmp_path):
     path = own_loop_trace(tmp_path, loader=False)
     ev = summarize.summarize_file(path)
-    assert ev["input_source"]["null_reason"] == summarize.NO_INPUT
+    assert ev["input_source"]["null_reason"] == attribution.NO_INPUT
     assert ev["window"]["input_cpu_us"] is None and ev["verdict"]["stage"] is None
     assert "cannot be told" in ev["verdict"]["sentence"]
     named = summarize.summarize_file(path, input_scope="no such scope")
@@ -336,20 +405,29 @@ def test_a_wait_the_profiler_may_have_made_gives_no_stage():
     """workers=4 as on the H200: in the profiled steps the launch wait is the largest, but the GPU's busy time
     would fill over half the unprofiled step, so the stage is withheld and both readings said. Where the
     slow-down's interval holds 1, the verdict stands."""
-    ev = figures(gpu_busy_us=3 * 6920.0, pace_us=3 * 20000.0, wall_us=3 * 20000.0, gpu_idle_us=3 * 13080.0,
-                 host_wait_us=3 * 11000.0, waits={summarize.NEXT_BATCH: 300.0, "train/forward_backward": 3 * 9000.0,
-                                                   "train/optimizer": 0.0})
-    v = summarize.verdict(ev)
+    ev = figures(
+        gpu_busy_us=3 * 6920.0,
+        pace_us=3 * 20000.0,
+        wall_us=3 * 20000.0,
+        gpu_idle_us=3 * 13080.0,
+        host_wait_us=3 * 11000.0,
+        waits={NEXT_BATCH: 300.0, "train/forward_backward": 3 * 9000.0, "train/optimizer": 0.0},
+    )
+    v = diagnosis.verdict(ev)
     assert v["stage"] == "host-side launch overhead"
-    head = {"profiler_distortion": 1.80, "profiler_distortion_se": 0.18, "profiler_distortion_df": 15,
-            "unprofiled_step_ms": 11.30}
-    out = profiling.profiler_caveat(dict(v), [ev["window"]], head)
+    head = {
+        "profiler_distortion": 1.80,
+        "profiler_distortion_se": 0.18,
+        "profiler_distortion_df": 15,
+        "unprofiled_step_ms": 11.30,
+    }
+    out = cycle_evidence.profiler_caveat(dict(v), [ev["window"]], head)
     assert out["stage"] is None and out["profiled_stage"] == "host-side launch overhead"
     assert out["unprofiled_busy_share"] == pytest.approx(6.92 / 11.30)
     assert out["sentence"].startswith("Uncertain") and "61%" in out["sentence"]
-    unsure = profiling.profiler_caveat(dict(v), [ev["window"]], {**head, "profiler_distortion_se": 0.5})
+    unsure = cycle_evidence.profiler_caveat(dict(v), [ev["window"]], {**head, "profiler_distortion_se": 0.5})
     assert unsure["stage"] == "host-side launch overhead", "an interval holding 1 changes nothing"
-    slow_gpu = profiling.profiler_caveat(dict(v), [ev["window"]], {**head, "unprofiled_step_ms": 16.0})
+    slow_gpu = cycle_evidence.profiler_caveat(dict(v), [ev["window"]], {**head, "unprofiled_step_ms": 16.0})
     assert slow_gpu["stage"] == "host-side launch overhead" and "1.80x" in slow_gpu["sentence"]
 
 
@@ -357,42 +435,90 @@ def test_the_end_report_compares_medians_when_settings_were_repeated(tmp_path):
     for i, (w, rate) in enumerate([(0, 100.0), (4, 150.0), (0, 120.0), (4, 90.0), (0, 80.0), (4, 200.0)]):
         b = tmp_path / "runs" / f"{i}{'r' * 31}"
         (b / "outputs").mkdir(parents=True)
-        (b / "run.plx.json").write_text(json.dumps({"status": "succeeded", "created_at": f"2026-12-03T10:0{i}:00",
-                                                    "inputs": {"mode": "bench", "workers": w, "repeat": i // 2}}))
-        (b / "outputs" / "run.json").write_text(json.dumps({"settings": {"mode": "bench", "workers": w,
-                                                                         "repeat": i // 2},
-                                                            "device": "cpu", "results": {"samples_per_sec": rate}}))
+        (b / "run.plx.json").write_text(
+            json.dumps(
+                {
+                    "status": "succeeded",
+                    "created_at": f"2026-12-03T10:0{i}:00",
+                    "inputs": {"mode": "bench", "workers": w, "repeat": i // 2},
+                }
+            )
+        )
+        (b / "outputs" / "run.json").write_text(
+            json.dumps(
+                {
+                    "settings": {"mode": "bench", "workers": w, "repeat": i // 2},
+                    "device": "cpu",
+                    "results": {"samples_per_sec": rate},
+                }
+            )
+        )
     out = report.report(report.load_runs(str(tmp_path)))
     line = next(x for x in out.splitlines() if "workers=4 ran at" in x)
     assert "1.50x" in line and "medians of 3 and 3 jobs" in line and "paired test" in line
 
 
 def test_the_next_step_of_a_gpu_bound_run_names_only_the_options_not_yet_on():
-    v = summarize.verdict(figures(gpu_busy_us=270.0, gpu_idle_us=30.0, host_wait_us=0.0,
-                                  waits={summarize.NEXT_BATCH: 0.0, "train/forward_backward": 0.0,
-                                         "train/optimizer": 0.0}))
+    v = diagnosis.verdict(
+        figures(
+            gpu_busy_us=270.0,
+            gpu_idle_us=30.0,
+            host_wait_us=0.0,
+            waits={NEXT_BATCH: 0.0, "train/forward_backward": 0.0, "train/optimizer": 0.0},
+        )
+    )
     assert v["stage"] == "GPU compute"
-    best = profiling.tailor_next(v, {"amp": "bf16", "channels_last": True, "compile": "default"})
+    best = cycle_evidence.tailor_next(v, {"amp": "bf16", "channels_last": True, "compile": "default"})
     assert "(a larger --batch-size)" in best["sentence"] and "--amp" not in best["sentence"]
-    plain = profiling.tailor_next(v, {"amp": "off", "channels_last": False, "compile": "off"})
+    plain = cycle_evidence.tailor_next(v, {"amp": "off", "channels_last": False, "compile": "off"})
     assert "--amp bf16, --channels-last, --compile default, a larger --batch-size" in plain["next"]
 
 
 def test_communication_kernels_are_no_gpu_compute():
     """A rank whose GPU spends the step in an all-reduce waiting for the others: communication, not compute."""
     cpu, gpu = {"pid": 1, "tid": 1}, {"pid": 0, "tid": 7}
-    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 1000 * n, "dur": 1000, **cpu}
-              for n in (1, 2)]
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 1000 * n, "dur": 1000, **cpu}
+        for n in (1, 2)
+    ]
     for n in (1, 2):
         t0 = 1000 * n
-        events += [{"ph": "X", "cat": "user_annotation", "name": scope, "ts": t0 + a, "dur": d, **cpu}
-                   for scope, a, d in zip(summarize.SCOPES, (0, 10, 20, 900), (10, 10, 880, 90))]
-        events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0 + 21 + i, "dur": 1,
-                    "args": {"correlation": 10 * n + i}, **cpu} for i in range(2)]
-        events += [{"ph": "X", "cat": "kernel", "name": "void conv_kernel", "ts": t0 + 30, "dur": 200,
-                    "args": {"correlation": 10 * n, "stream": 7}, **gpu},
-                   {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ts": t0 + 230,
-                    "dur": 700, "args": {"correlation": 10 * n + 1, "stream": 7}, **gpu}]
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": scope, "ts": t0 + a, "dur": d, **cpu}
+            for scope, a, d in zip(SCOPES, (0, 10, 20, 900), (10, 10, 880, 90))
+        ]
+        events += [
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "ts": t0 + 21 + i,
+                "dur": 1,
+                "args": {"correlation": 10 * n + i},
+                **cpu,
+            }
+            for i in range(2)
+        ]
+        events += [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "void conv_kernel",
+                "ts": t0 + 30,
+                "dur": 200,
+                "args": {"correlation": 10 * n, "stream": 7},
+                **gpu,
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                "ts": t0 + 230,
+                "dur": 700,
+                "args": {"correlation": 10 * n + 1, "stream": 7},
+                **gpu,
+            },
+        ]
     ev = summarize.summarize_events(events)
     w = ev["window"]
     assert w["gpu_comm_only_us"] == pytest.approx(1400) and w["gpu_busy_us"] == pytest.approx(1800)
@@ -401,7 +527,8 @@ def test_communication_kernels_are_no_gpu_compute():
 
 
 def test_an_uncertain_verdict_says_so_in_the_run_description():
-    import overview
+    from steplens.job import overview
+
     path = os.path.join(ROOT, "results", "h200-pictures", "workers4", "run.json")
     with open(path) as f:
         data = json.load(f)

@@ -1,5 +1,6 @@
 """Polyaxon's own UI over offline runs (`haupt viewer --path ROOT`): the project, the runs, each run's readme,
 read through the viewer's API and from the pages headless Chromium renders."""
+
 import json
 import os
 import shutil
@@ -7,7 +8,6 @@ import struct
 import sys
 
 import pytest
-
 from conftest import ROOT, load_offline_run, run_train, single_run
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -39,9 +39,32 @@ def failed_run(tmp_path_factory, profile_run):
     os.makedirs(root / os.path.dirname(RECORD))
     shutil.copy(os.path.join(profile_run["root"], RECORD), root / RECORD)
     dead = "http://127.0.0.1:9"
-    proc = run_train(["--mode", "bench", "--device", "cpu", "--data", "cifar10", "--data-dir", str(root / "data"),
-                      "--batch-size", "4", "--warmup-steps", "1", "--bench-steps", "1"], root, timeout=300,
-                     https_proxy=dead, HTTPS_PROXY=dead, http_proxy=dead, HTTP_PROXY=dead, no_proxy="", NO_PROXY="")
+    proc = run_train(
+        [
+            "--mode",
+            "bench",
+            "--device",
+            "cpu",
+            "--data",
+            "cifar10",
+            "--data-dir",
+            str(root / "data"),
+            "--batch-size",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--bench-steps",
+            "1",
+        ],
+        root,
+        timeout=300,
+        https_proxy=dead,
+        HTTPS_PROXY=dead,
+        http_proxy=dead,
+        HTTP_PROXY=dead,
+        no_proxy="",
+        NO_PROXY="",
+    )
     assert proc.returncode == 1, f"the download should have failed:\n{proc.stderr[-3000:]}"
     uuid, outputs = single_run(root)
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
@@ -72,8 +95,9 @@ def test_every_offline_run_leaves_its_project_record(profile_run):
     assert record["name"] == run["project"] == PROJECT
     assert record["owner"] == run["owner"] == OWNER
     assert len(record["uuid"]) == 32 and record["created_at"] and record["updated_at"], record
-    assert not [n for n in os.listdir(os.path.dirname(os.path.join(profile_run["root"], RECORD)))
-                if n.startswith(".partial")], "a temp file was left beside the record"
+    assert not [
+        n for n in os.listdir(os.path.dirname(os.path.join(profile_run["root"], RECORD))) if n.startswith(".partial")
+    ], "a temp file was left beside the record"
 
 
 def test_the_project_record_is_written_once(failed_run, profile_run):
@@ -106,7 +130,7 @@ def test_a_profile_run_s_readme_holds_its_verdict_and_figures(viewer, profile_ru
         assert c["verdict"] in readme
         assert f"`{os.path.relpath(c['picture'], profile_run['outputs'])}`" in readme
         assert f"`{os.path.relpath(c['trace'], profile_run['outputs'])}`" in readme
-    # A CPU profile has no GPU figures: n/a, with summarize.py's reason.
+    # A CPU profile has no GPU figures: n/a, with steplens summarize's reason.
     assert "GPU idle n/a" in readme and f"n/a: {ev['null_reasons']['gpu']}" in readme
     assert "\n" not in run["description"] and results["evidence"]["verdict"]["stage"] in run["description"]
 
@@ -184,14 +208,17 @@ def test_a_distributed_run_s_readme_speaks_of_every_rank(ddp_profile, ddp_bench)
 def test_the_readme_of_a_stored_h200_profile_run():
     """A profile run of an NVIDIA H200 machine (results/h200-pictures): its GPU figures as percentages, and its
     files named under outputs/ although the record was written elsewhere."""
-    import overview
+    from steplens.job import overview
+
     path = os.path.join(ROOT, "results", "h200-pictures", "workers0", "run.json")
     data = read_json(path)
     description, readme = overview.succeeded(data, os.path.dirname(path))
     c = data["results"]["cycles"][0]
     assert f"GPU idle {c['evidence']['gpu_idle_share']:.0%} of the step" in readme
     assert f"input gap {c['evidence']['input_gap_share']:.0%} of the GPU's idle time" in readme
-    assert "`traces/picture-cycle1-steps2-4.png`" in readme and "`traces/trace-cycle1-steps2-4.pt.trace.json.gz`" in readme
+    assert (
+        "`traces/picture-cycle1-steps2-4.png`" in readme and "`traces/trace-cycle1-steps2-4.pt.trace.json.gz`" in readme
+    )
     assert "n/a" not in readme
     verdict = data["results"]["evidence"]["verdict"]
     assert description == f"profile, workers 0, NVIDIA H200: {verdict['stage']} holds the step ({verdict['share']:.0%})"
@@ -200,6 +227,7 @@ def test_the_readme_of_a_stored_h200_profile_run():
 def test_a_run_on_a_polyaxon_server_gets_its_readme_there(sandbox):
     """A managed run (the sandbox's queued run, executed as its agent would) sets its readme on the server."""
     from test_server_e2e import get_run_json, submit_and_execute
+
     sandbox.cli("project", "create", "--name", "readme")
     run_uuid, _, _ = submit_and_execute(sandbox, "readme", "-P", "mode=bench", "-P", "workers=0")
     outputs = get_run_json(sandbox, "readme", run_uuid)["outputs"]

@@ -1,0 +1,488 @@
+"""steplens compare: paired comparison of repeated bench runs, as Markdown, CSV, JSON and a picture.
+
+    steplens compare --offline .polyaxon-offline --out results/local --baseline workers=4
+    steplens compare -p YOUR_PROJECT [-q 'tags:study1'] --out comparison --baseline workers=4
+
+The design, the groups and the statistics: docs/COMPARE.md."""
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import sys
+import textwrap
+
+from steplens.evidence.comparison import LOSS_FLOOR, LOSS_TOLERANCE, LOSS_WORSE, NO_FLOPS, compare_records
+from steplens.evidence.runs import CompareError, gather_offline, gather_polyaxon
+
+
+def fmt_loss(loss):
+    """The final-loss cell: '-' for runs without a loss, the median, and the mark when it is worse."""
+    if loss is None:
+        return "-"
+    shown = "diverged" if loss["final"] is None else f"{loss['final']:.3f}"
+    return f"{shown} ({LOSS_WORSE})" if loss["worse_than_baseline"] else shown
+
+
+def fmt_opt(v, fmt):
+    return "n/a" if v is None else fmt.format(v)
+
+
+def fmt_rate(v):
+    return f"{v / 1000:.2f}k" if v >= 1000 else f"{v:.1f}"
+
+
+def fmt_share(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def fmt_p(p):
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def kernel_class_lines(groups):
+    """What the GPU does in the GPU-bound groups (a --cuda-graph bench, or a profile verdict of GPU compute):
+    the three largest kernel classes and their shares of the GPU work, from the matching profile run."""
+    bound = [g for g in groups if g.get("gpu_bound") or g["evidence"].get("verdict_stage") == "GPU compute"]
+    if not bound:
+        return ""
+    lines = [
+        f"- {g['group']}: {g['evidence'].get('gpu_top_classes') or 'n/a (the profile run predates kernel classes)'}"
+        for g in bound
+    ]
+    return (
+        "\nGPU time by kernel class in the GPU-bound groups (largest three, share of the GPU work a step "
+        "launches; steplens/trace/kernels.py):\n\n" + "\n".join(lines) + "\n"
+    )
+
+
+def _rates_section(out, table):
+    """The rates, the ratios to the baseline and the paired sign test; each pair's ratio."""
+    out.write(
+        "| group | n | median samples/s | final loss | min | max | spread | ratio of medians | min/max bounds "
+        "| pairs | paired ratio: median (range) | sign test p | verdict |\n" + "|---" * 13 + "|\n"
+    )
+    for g in table["groups"]:
+        cells = ["baseline", "", "", "", ""]
+        if "ratio" in g:
+            paired = g["paired"]
+            cells = [
+                f"{g['ratio']:.2f}",
+                f"{g['ratio_bounds'][0]:.2f}-{g['ratio_bounds'][1]:.2f}",
+                str(paired["n"]),
+                (f"{paired['median']:.3f} ({paired['min']:.3f}-{paired['max']:.3f})" if paired["n"] else ""),
+                fmt_p(g["sign_test"]["p"]),
+            ]
+        shown = "" if g["verdict"] == "baseline" else g["verdict"]
+        out.write(
+            f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_loss(g['loss'])} | {fmt_rate(g['min'])} "
+            f"| {fmt_rate(g['max'])} "
+            f"| {g['spread']:.2f} | {' | '.join(cells)} | {shown} |\n"
+        )
+    compared = [g for g in table["groups"] if "ratio" in g and g["pairs"]]
+    if compared:
+        out.write("\nPairs (each run over the baseline run beside it in the alternating order):\n\n")
+        for g in compared:
+            ratios = " ".join(f"{p['ratio']:.3f}" for p in g["pairs"])
+            out.write(f"- {g['group']} (by {g['pairing']}): {ratios}\n")
+
+
+def _flops_section(out, table):
+    """Model FLOPs, TFLOP/s and MFU per group, or why they are absent."""
+    with_flops = [g for g in table["groups"] if g["ceiling"]]
+    without = [g["group"] for g in table["groups"] if not g["ceiling"]]
+    out.write(
+        "\nModel FLOPs (train.py's count, forward and backward convolutions and matmuls) and MFU "
+        "(achieved over the GPU's dense peak for the precision used):\n\n"
+    )
+    if with_flops:
+        out.write(
+            "| group | GFLOP per sample | median TFLOP/s | median MFU | peak TFLOP/s (precision) |\n"
+            "|---|---|---|---|---|\n"
+        )
+        for g in with_flops:
+            c = g["ceiling"]
+            mfu = f"{c['median_mfu']:.3f}" if c["median_mfu"] is not None else f"n/a ({c['mfu_note']})"
+            peaks = ", ".join(f"{p:g} ({q})" if p is not None else "n/a" for p, q in c["peaks"])
+            per_sample = "n/a" if c["flops_per_sample"] is None else f"{c['flops_per_sample'] / 1e9:.3f}"
+            out.write(f"| {g['group']} | {per_sample} | {c['median_tflops']:.2f} | {mfu} | {peaks} |\n")
+    if without and not with_flops:
+        out.write(f"TFLOP/s and MFU absent for every group: {NO_FLOPS}.\n")
+    elif without:
+        out.write(f"\nTFLOP/s and MFU absent for {'; '.join(without)}: {NO_FLOPS}.\n")
+
+
+def _gpu_bound_section(out, table):
+    """The GPU-bound share of --cuda-graph groups."""
+    bound = [g for g in table["groups"] if g["gpu_bound"]]
+    if bound:
+        out.write(
+            "\nGPU-bound share (--cuda-graph runs): the window's rate over the rate the step's own GPU time "
+            "allows (back-to-back graph replays, CUDA events). Near 1 the step is GPU-bound; it does not say "
+            "how close the GPU runs to its arithmetic peak (that is MFU):\n\n"
+        )
+        out.write(
+            "| group | GPU ms per step | samples/s the GPU time allows | median GPU-bound share | lowest |\n"
+            "|---|---|---|---|---|\n"
+        )
+        for g in bound:
+            b = g["gpu_bound"]
+            out.write(
+                f"| {g['group']} | {b['median_gpu_ms_per_step']:.3f} | "
+                f"{fmt_rate(b['median_gpu_time_samples_per_sec'])} | {b['median_share']:.3f} | "
+                f"{b['min_share']:.3f} |\n"
+            )
+
+
+def _distributed_section(out, table):
+    """The global rate and the per-rank spread of DDP groups."""
+    distributed = [g for g in table["groups"] if g.get("rank_spread")]
+    if distributed:
+        out.write("\nDistributed runs (samples/s is the global rate, set by the longest rank window):\n\n")
+        out.write(
+            "| group | world size | median global samples/s | per-rank spread (median) "
+            "| per-rank spread (max) |\n|---|---|---|---|---|\n"
+        )
+        for g in distributed:
+            sp = g["rank_spread"]
+            out.write(
+                f"| {g['group']} | {sp['world_size']} | {fmt_rate(g['median'])} | {sp['median']:.1%} | "
+                f"{sp['max']:.1%} |\n"
+            )
+
+
+def _evidence_section(out, table, links_from):
+    """The trace evidence of profile runs of the same settings, their verdicts and pictures."""
+    evidence = [g for g in table["groups"] if g["evidence"]]
+    if evidence:
+        out.write(
+            "\nTrace evidence (profile runs of the same settings; profiler distortion = profiled step over "
+            "unprofiled steps timed before and after the capture in the same run, +/- one standard error; below 1 "
+            "only when queued batches served the profiled steps or the host's pace changed):\n\n"
+        )
+        out.write(
+            "| group | capture | GPU idle share | input gap share of idle | profiled step ms "
+            "| unprofiled step ms | profiler distortion | median samples/s |\n|---|---|---|---|---|---|---|---|\n"
+        )
+        for g in evidence:
+            e = g["evidence"]
+            se, digits = e.get("profiler_distortion_se"), 2
+            if se is not None and se < 0.005:
+                digits = 3  # graph replays: a steady pace, an error below what two decimals show
+            se = "" if se is None else f" +/- {se:.{digits}f}"
+            out.write(
+                f"| {g['group']} | {e['profile_detail']} | {fmt_share(e['gpu_idle_share'])} | "
+                f"{fmt_share(e['input_gap_share'])} | {e['profiled_step_ms']:.1f} | "
+                f"{fmt_opt(e.get('unprofiled_step_ms'), '{:.1f}')} | "
+                f"{fmt_opt(e.get('profiler_distortion'), '{:.' + str(digits) + 'f}x')}{se} | "
+                f"{fmt_rate(g['median'])} |\n"
+            )
+        without = [g["group"] for g in table["groups"] if not g["evidence"]]
+        if without:
+            out.write(f"\nNo profile run of the same settings on this machine: {'; '.join(without)}.\n")
+        for g in evidence:
+            e = g["evidence"]
+            if e.get("verdict") or e.get("pictures"):
+                shown = ", ".join(
+                    f"[{os.path.basename(p)}]({os.path.relpath(p, links_from or os.curdir)})" for p in e["pictures"]
+                )
+                out.write(
+                    f"\n- {g['group']}: {e.get('verdict') or 'no verdict recorded'}"
+                    + (f" Step pictures: {shown}" if shown else "")
+                    + "\n"
+                )
+        out.write(kernel_class_lines(evidence))
+        first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
+        if first["evidence"] and last["evidence"] and first is not last:
+            a, b = first["evidence"], last["evidence"]
+            out.write(
+                f"\n{first['group']} -> {last['group']}: input gap share {fmt_share(a['input_gap_share'])} -> "
+                f"{fmt_share(b['input_gap_share'])}; GPU idle share {fmt_share(a['gpu_idle_share'])} -> "
+                f"{fmt_share(b['gpu_idle_share'])}; {fmt_rate(first['median'])} -> {fmt_rate(last['median'])} "
+                "samples/s (medians)\n"
+            )
+
+
+def markdown_table(table, links_from=None):
+    """One machine's comparison as Markdown: rates and the sign test, FLOPs, GPU-bound share, ranks, evidence."""
+    out = io.StringIO()
+    _rates_section(out, table)
+    _flops_section(out, table)
+    _gpu_bound_section(out, table)
+    _distributed_section(out, table)
+    _evidence_section(out, table, links_from)
+    return out.getvalue()
+
+
+def markdown(result, links_from=None):
+    """The tables as Markdown; links_from: the folder the file will lie in, which links are relative to
+    (default: the current folder)."""
+    out = io.StringIO()
+    for i, table in enumerate(result["tables"]):
+        out.write(f"{'' if i == 0 else chr(10)}Machine: {table['machine_label']}\n\n")
+        out.write(markdown_table(table, links_from))
+    for w in result["warnings"]:
+        out.write(f"\nWARNING: {w}\n")
+    if result["left_out"]:
+        out.write(
+            "\nLeft out of the rates: " + "; ".join(f"{r['uuid'][:8]} ({r['why']})" for r in result["left_out"]) + "\n"
+        )
+    need = result["pairs_needed"]
+    out.write(
+        f"\nMethod: whole-job repeats in alternating order; each run is paired with the baseline run beside it "
+        f"(same repeat index, else start time). Test: exact two-sided sign test on the paired ratios, "
+        f"p = 2 P(Binomial(n, 1/2) <= min(k, n - k)) with k ratios above 1 of n; with n pairs the smallest "
+        f'possible p is 2/2^n, so a verdict at p < {result["alpha"]} needs n >= {need}. "within the noise": '
+        f"no difference shown with these pairs. Min/max bounds: min(group)/max(baseline) to "
+        f"max(group)/min(baseline).\n"
+    )
+    return out.getvalue()
+
+
+CSV_COLUMNS = [
+    "machine",
+    "group",
+    "n",
+    "median",
+    "min",
+    "max",
+    "spread",
+    "ratio",
+    "bound_low",
+    "bound_high",
+    "pairing",
+    "pairs",
+    "paired_median",
+    "paired_min",
+    "paired_max",
+    "sign_test_p",
+    "verdict",
+    "final_loss",
+    "loss_worse_than_baseline",
+    "flops_per_sample",
+    "median_tflops",
+    "median_mfu",
+    "gpu_bound_share",
+    "gpu_idle_share",
+    "input_gap_share",
+    "profiled_step_ms",
+    "unprofiled_step_ms",
+    "profiler_distortion",
+    "profile_detail",
+    "rates",
+]
+
+
+def loss_cells(loss):
+    """The CSV's final_loss and loss_worse_than_baseline: empty for runs without a loss."""
+    if loss is None:
+        return "", ""
+    return ("diverged" if loss["final"] is None else loss["final"]), loss["worse_than_baseline"]
+
+
+def csv_text(result):
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(CSV_COLUMNS)
+    for table in result["tables"]:
+        for g in table["groups"]:
+            e, c, b = g["evidence"] or {}, g["ceiling"] or {}, g["gpu_bound"] or {}
+            paired = g.get("paired") or {}
+            w.writerow(
+                [
+                    table["machine_label"],
+                    g["group"],
+                    g["n"],
+                    g["median"],
+                    g["min"],
+                    g["max"],
+                    g["spread"],
+                    g.get("ratio", 1.0),
+                    *(g.get("ratio_bounds") or ("", "")),
+                    g.get("pairing", ""),
+                    paired.get("n", ""),
+                    paired.get("median", ""),
+                    paired.get("min", ""),
+                    paired.get("max", ""),
+                    (g.get("sign_test") or {}).get("p", ""),
+                    g["verdict"],
+                    *loss_cells(g["loss"]),
+                    c.get("flops_per_sample") or "",
+                    c.get("median_tflops", ""),
+                    "" if c.get("median_mfu") is None else c["median_mfu"],
+                    b.get("median_share", ""),
+                    e.get("gpu_idle_share", ""),
+                    e.get("input_gap_share", ""),
+                    e.get("profiled_step_ms", ""),
+                    "" if e.get("unprofiled_step_ms") is None else e["unprofiled_step_ms"],
+                    "" if e.get("profiler_distortion") is None else e["profiler_distortion"],
+                    e.get("profile_detail", ""),
+                    " ".join(f"{r:.1f}" for r in g["rates"]),
+                ]
+            )
+    return out.getvalue()
+
+
+def json_text(result):
+    tables = [
+        {**t, "groups": [{k: v for k, v in g.items() if k != "key"} for g in t["groups"]]} for t in result["tables"]
+    ]
+    return json.dumps({**result, "tables": tables}, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def plot(result, path):
+    """Each run's rate as a point in run order, coloured by group, with each group's median; one panel per machine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = result["tables"]
+    fig, axes = plt.subplots(len(tables), 1, figsize=(8, 4.5 * len(tables)), dpi=120, squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for ax, table in zip(axes[:, 0], tables):
+        for i, g in enumerate(table["groups"]):
+            xs = [n for n, r in enumerate(table["bench_runs"], start=1) if r["group"] == g["group"]]
+            ys = [r["samples_per_sec"] for r in table["bench_runs"] if r["group"] == g["group"]]
+            name = textwrap.fill(f"{g['group']} (median {fmt_rate(g['median'])})", 100, subsequent_indent="  ")
+            ax.scatter(xs, ys, color=colors(i % 10), label=name, zorder=3)
+            ax.axhline(g["median"], color=colors(i % 10), linewidth=0.8, alpha=0.6)
+        ax.set_xlabel("run order")
+        ax.set_ylabel("samples/s (bench window)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        # Below the axes: group labels of many options are long and would cover the points.
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.15), frameon=False)
+        title = f"{len(table['bench_runs'])} bench runs in {len(table['groups'])} groups"
+        ax.set_title(textwrap.fill(title + (f"; {table['machine_label']}" if len(tables) > 1 else ""), 90), fontsize=9)
+    fig.savefig(path, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def matplotlib_missing():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+def write_outputs(result, out_dir):
+    """comparison.md, .csv, .json and .png, all or none: each is written to a temp file first and the
+    temp files are renamed only once every one of them is complete. Without matplotlib there is no
+    picture, and an older comparison.png is removed (it would not match the new tables).
+
+    Returns the written paths and a note (None, or why the picture is missing).
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    texts = {
+        "markdown": ("comparison.md", markdown(result, out_dir)),
+        "csv": ("comparison.csv", csv_text(result)),
+        "json": ("comparison.json", json_text(result)),
+    }
+    staged, note = {}, None
+
+    def temp_for(name):
+        return os.path.join(out_dir, f".partial-{os.getpid()}-{name}")
+
+    try:
+        for kind, (name, text) in texts.items():
+            tmp = temp_for(name)
+            staged[kind] = (tmp, os.path.join(out_dir, name))
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        if matplotlib_missing():
+            note = (
+                "comparison.png not drawn: the plot needs matplotlib (pip install matplotlib); the tables are written"
+            )
+        else:
+            staged["png"] = (temp_for("comparison.png"), os.path.join(out_dir, "comparison.png"))
+            plot(result, staged["png"][0])
+    except BaseException:
+        for tmp, _ in staged.values():
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    for tmp, final in staged.values():
+        os.replace(tmp, final)
+    stale = os.path.join(out_dir, "comparison.png")
+    if "png" not in staged and os.path.exists(stale):
+        os.remove(stale)
+    return {kind: final for kind, (_, final) in staged.items()}, note
+
+
+def log_to_polyaxon(paths):
+    """Inside a Polyaxon run: the picture as an image, the tables as artifacts."""
+    from polyaxon import tracking
+
+    from steplens.polyaxonenv import managed_identity
+
+    tracking.init(**managed_identity())
+    if "png" in paths:
+        tracking.log_image(data=paths["png"], name="comparison")
+    for kind in ("markdown", "csv", "json"):
+        tracking.log_artifact(path=paths[kind], name=f"comparison-{kind}")
+    tracking.end()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="steplens compare", description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--offline", metavar="PATH", help="a folder of offline runs (POLYAXON_OFFLINE_ROOT)")
+    src.add_argument("-p", "--project", help="a Polyaxon project ([owner/]name)")
+    p.add_argument("-q", "--query", default=None, help="Polyaxon query to select runs, e.g. 'tags:study1'")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="group to compare against, by its label or by settings only it has, e.g. workers=4 (default: the first)",
+    )
+    p.add_argument(
+        "--per-host",
+        action="store_true",
+        help="runs of several machines (host, GPU, driver, torch, CUDA, CPU budget): one table per "
+        "machine (default: refuse to pool them)",
+    )
+    p.add_argument(
+        "--loss-tolerance",
+        type=float,
+        default=LOSS_TOLERANCE,
+        help="a group's final loss is worse than the baseline's above baseline x (1 + this), "
+        f"or above baseline + --loss-floor when that is larger (default: {LOSS_TOLERANCE})",
+    )
+    p.add_argument(
+        "--loss-floor",
+        type=float,
+        default=LOSS_FLOOR,
+        help="the smallest excess over the baseline's final loss that counts as worse, for losses "
+        f"near zero (default: {LOSS_FLOOR})",
+    )
+    p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv/.json/.png (default: comparison)")
+    args = p.parse_args(argv)
+    for name in ("loss_tolerance", "loss_floor"):
+        if not (getattr(args, name) >= 0 and math.isfinite(getattr(args, name))):
+            p.error(f"--{name.replace('_', '-')} must be a finite number >= 0, got {getattr(args, name)}")
+    try:
+        records = gather_offline(args.offline) if args.offline else gather_polyaxon(args.project, args.query)
+        result = compare_records(
+            records,
+            baseline=args.baseline,
+            per_host=args.per_host,
+            loss_tolerance=args.loss_tolerance,
+            loss_floor=args.loss_floor,
+        )
+    except CompareError as e:
+        print(f"steplens compare: error: {e}", file=sys.stderr)
+        return 1
+    paths, note = write_outputs(result, args.out)
+    sys.stdout.write(markdown(result))
+    if note:
+        print(f"steplens compare: note: {note}", file=sys.stderr)
+    print(f"\nwritten: {', '.join(paths.values())}", file=sys.stderr)
+    if os.environ.get("POLYAXON_RUN_INSTANCE"):
+        log_to_polyaxon(paths)
+    return 0

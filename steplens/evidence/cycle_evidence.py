@@ -1,0 +1,441 @@
+"""Profile mode's evidence per cycle: the trace's figures beside the capture's account, the headline, the caveat."""
+
+import os
+import statistics
+import sys
+
+from steplens.atomic import write_atomic, write_json_atomic
+from steplens.evidence import diagnosis, formatting, picture, summarize
+from steplens.evidence.distortion import (
+    DISTORTION_NOTE_AT,
+    WAITED_AT,
+    distortion_interval,
+    distortion_sentence,
+    pooled_pace,
+    ratio_se,
+    refills,
+)
+from steplens.scopes import NEXT_BATCH
+from steplens.stats import t975
+
+
+def capture_lines(cycle, capture):
+    """The evidence text's account of the capture, in plain words: the profiler's cost, the pauses before this
+    cycle, and which steps the run's headline figures come from (run.json keeps the terms of docs/EVIDENCE.md)."""
+    se = capture.get("profiler_distortion_se")
+    cycles = ", ".join(map(str, capture.get("headline_cycles") or [])) or "?"
+    lines = [
+        f"the profiler's cost (--profile-detail {capture['detail']}), for the whole run (cycle(s) {cycles}, "
+        "not this cycle alone): a profiled step took "
+        f"{_ms(capture['profiled_step_ms'])} ms, an unprofiled one {_ms(capture['unprofiled_step_ms'])} ms "
+        f"({_blocks(capture)}{_spread(capture.get('unprofiled_step_ms_each'))}): the profiler slowed the step "
+        f"{_ratio(capture['profiler_distortion'])}x{'' if se is None else f' +/- {se:.2f}'} "
+        "(profiler_distortion in run.json)"
+    ]
+    if capture.get("distortion_low") is not None:
+        lines.append(
+            f"  95% interval {capture['distortion_low']:.2f} to {capture['distortion_high']:.2f}: it covers "
+            "the ratio against either block, each give or take its own sampling error"
+        )
+    if capture["distortion_sentence"]:
+        lines.append(f"  {capture['distortion_sentence']}")
+    for d in capture["dumps"]:
+        if d["before_step"] <= cycle["profiler_steps"][0]:
+            lines.append(
+                f"pause: this cycle's steps start {cycle['profiler_steps'][0] - d['before_step']} steps "
+                f"after cycle {d['cycle']}'s trace was written ({d['seconds']:.3f} s, before step "
+                f"{d['before_step']})"
+            )
+    for r in cycle["refilled_by"]:
+        lines.append(
+            f"pause: {r['what']} ({r['seconds']:.3f} s, before step {r['before_step']}) gave the "
+            f"DataLoader time for about {r['batches']:g} batches (its queue holds {capture['queue_depth']}, "
+            f"{capture['queue']}): step(s) {', '.join(map(str, r['steps']))} found their batch ready where "
+            "an unpaused run would have waited, so this cycle may understate the input wait"
+        )
+    if capture["headline_clean"]:
+        lines.append(
+            f"the run's headline figures come from cycle(s) "
+            f"{', '.join(map(str, capture['headline_cycles']))}: no pause hid an input wait there"
+        )
+    elif capture.get("headline_steps"):
+        lines.append(
+            f"the run's headline figures come from the steps no pause served "
+            f"({', '.join(map(str, capture['headline_steps']))}): every cycle had steps a pause served"
+        )
+    else:
+        lines.append(
+            f"the run's headline figures come from cycle(s) {', '.join(map(str, capture['headline_cycles']))}, "
+            "but every traced step found its batch ready after a pause: the idle and input gap "
+            "figures are left out"
+        )
+    return lines
+
+
+def perfetto_line(cycle):
+    """The evidence text's line on how the trace was made to nest for Perfetto (docs/PERFETTO.md)."""
+    p = cycle.get("perfetto")
+    if not p:
+        return []
+    if "error" in p:
+        return [
+            f"Perfetto: the trace is kept as the profiler exported it, and Perfetto before v57.1 may drop "
+            f"slices from it ({p['error']})"
+        ]
+    return [
+        f"Perfetto: {p['clipped']} Python slices clipped by at most {p['clipped_max_us']:.1f} µs, "
+        f"{p['moved']} GPU events moved to a sibling track; every slice nests "
+        f"({p['violations_before']} would have been dropped by Perfetto before v57.1)"
+    ]
+
+
+def _blocks(capture):
+    """The unprofiled blocks in words: the steps before the capture, and those after it where timed."""
+    after = capture.get("unprofiled_after_ms")
+    if after is None:
+        return f"{capture['unprofiled_steps']} steps in the same process just before the capture"
+    before, drift = capture["unprofiled_before_ms"], capture["unprofiled_drift"]
+    sd = lambda k: "" if capture.get(k) is None else f", sd {capture[k]:.2f}"  # noqa: E731
+    return (
+        f"{capture['unprofiled_before_steps']} steps in the same process just before the capture, "
+        f"{before:.2f} ms{sd('unprofiled_before_sd_ms')}, and {capture['unprofiled_after_steps']} just after "
+        f"it, {after:.2f} ms{sd('unprofiled_after_sd_ms')}: after/before {drift:.2f}"
+    )
+
+
+def _spread(each):
+    return f"; the {len(each)} averaged, {min(each):.2f} to {max(each):.2f} ms" if each else ""
+
+
+def _ms(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def _ratio(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def refilled_steps(refilled_by):
+    """The profiler steps a cycle's refilling pauses served."""
+    return {i for r in refilled_by for i in r["steps"]}
+
+
+def clean_steps(cycles, evidences):
+    """When every cycle has steps a refill served: the traced steps none served, with their per-step figures,
+    if the cycles read idle time on the CPU's steps (per-step figures then add up to the window's; on the
+    GPU's own timeline they do not, and no step is returned)."""
+    if any(evidences[c["cycle"]].get("idle_basis") != "cpu_steps" for c in cycles):
+        return []
+    out = []
+    for c in cycles:
+        served = refilled_steps(c["refilled_by"])
+        out += [
+            (c["cycle"], s)
+            for s in evidences[c["cycle"]]["steps"]
+            if s["step"] not in served and s.get("pace_us") and s.get("gpu_idle_us") is not None
+        ]
+    return out
+
+
+def pool_steps(head, steps):
+    """The headline's figures over these (cycle, step) pairs alone, read on the CPU's steps: the profiled step
+    and the CPU step are the same there; the GPU span per step over the steps with a complete slot."""
+    n = len(steps)
+    steps = [s for _, s in steps]
+    pace, idle = sum(s["pace_us"] for s in steps), sum(s["gpu_idle_us"] for s in steps)
+    head = {
+        **head,
+        "null_reasons": dict(head["null_reasons"]),
+        "profiled_step_ms": pace / n / 1e3,
+        "cpu_step_ms": sum(s["wall_us"] for s in steps) / n / 1e3,
+        "gpu_idle_share": idle / pace,
+        "input_gap_share": sum(s["input_gap_us"] for s in steps) / idle if idle else 0.0,
+        "gpu_work_ms_per_step": sum(s["gpu_work_us"] for s in steps) / n / 1e3,
+        "gpu_span_ms_per_step": None,
+    }
+    head["null_reasons"].pop("gpu_span_ms_per_step", None)
+    slots = [s for s in steps if s.get("gpu_span_us") is not None]
+    if slots:
+        head["gpu_span_ms_per_step"] = sum(s["gpu_span_us"] for s in slots) / len(slots) / 1e3
+    else:
+        head["null_reasons"]["gpu_span_ms_per_step"] = "none of the headline steps has a complete GPU slot"
+    return head
+
+
+def loop_timings(capture, cycles, evidences, pace_s):
+    """Each loop step's compute time (its time less its wait for input) and the waits of WAITED_AT of a
+    batch's time or more ({step: seconds}), from the capture's own measurements where it has them (steps_s,
+    inputs_s), else from the traces (a ProfilerStep's wall time less its input/next_batch); a step neither
+    covers gets the mean compute time of the others (the schedule's wait and warm-up steps in runs recorded
+    before the loop timed its waits)."""
+    n = len(capture["pauses_s"])
+    pad = lambda xs: (list(xs or []) + [None] * n)[:n]  # noqa: E731
+    took, waited = pad(capture.get("steps_s")), pad(capture.get("inputs_s"))
+    traced = {
+        s["step"]: (s["wall_us"] / 1e6, (s["scopes_cpu_us"].get(NEXT_BATCH) or 0.0) / 1e6)
+        for c in cycles
+        for s in evidences[c["cycle"]]["steps"]
+        if 0 <= s["step"] < n
+    }
+    compute, waits = [None] * n, [None] * n
+    for i in range(n):
+        if took[i] is not None and waited[i] is not None:
+            compute[i], waits[i] = max(0.0, took[i] - waited[i]), waited[i]
+        elif i in traced:
+            compute[i], waits[i] = max(0.0, traced[i][0] - traced[i][1]), traced[i][1]
+    known = [c for c in compute if c is not None]
+    fill = statistics.fmean(known) if known else pace_s
+    compute = [fill if c is None else c for c in compute]
+    measured = {i: w for i, w in enumerate(waits) if w is not None}
+    # A wait worth telling: WAITED_AT of a batch's time, or of the step's own time when the pace is unknown.
+    seen = {
+        i: w for i, w in measured.items() if w >= WAITED_AT * (pace_s if pace_s else (compute[i] or 0.0) + w) and w > 0
+    }
+    return compute, seen, measured
+
+
+def capture_account(capture, cycles, head, figures, steady, compute_s, seen, chosen, clean):
+    """The capture's account kept beside each cycle's evidence: the unprofiled pace, the distortion, the pauses."""
+    unprofiled_ms, ratio, se, df = (
+        figures["unprofiled_step_ms"],
+        figures["profiler_distortion"],
+        figures["profiler_distortion_se"],
+        figures["profiler_distortion_df"],
+    )
+    bracket = {
+        k: v
+        for k, v in figures.items()
+        if k not in ("unprofiled_step_ms", "profiler_distortion", "profiler_distortion_se", "profiler_distortion_df")
+    }  # distortion_interval's figures
+    interval = None if bracket["distortion_low"] is None else (bracket["distortion_low"], bracket["distortion_high"])
+    return {
+        "detail": capture["detail"],
+        "unprofiled_step_ms": unprofiled_ms,
+        "unprofiled_steps": capture["unprofiled"]["steps"] if capture.get("unprofiled") else None,
+        "profiled_step_ms": head["profiled_step_ms"],
+        "profiler_distortion": ratio,
+        "profiler_distortion_se": se,
+        "unprofiled_step_ms_each": steady,
+        **bracket,
+        "distortion_sentence": distortion_sentence(
+            ratio,
+            capture["workers"],
+            capture["device_input"],
+            se,
+            capture["detail"],
+            df,
+            refilled=any(c["refilled_by"] for c in cycles),
+            spread=(min(steady), max(steady)) if steady else None,
+            interval=interval,
+            uncertain=bracket["distortion_uncertain"],
+        ),
+        "queue_depth": capture["queue_depth"],
+        "queue": capture["queue"],
+        "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
+        "compute_s": [round(t, 4) for t in compute_s],
+        "waits_seen_s": {str(k): round(v, 4) for k, v in seen.items()},
+        "headline_cycles": chosen,
+        "headline_clean": clean,
+        "headline_steps": head["headline_steps"],
+        "dumps": [
+            {"cycle": d["cycle"], "seconds": d.get("dump_seconds"), "before_step": d["dump_before_step"]}
+            for d in cycles
+            if d.get("dump_before_step") is not None
+        ],
+    }
+
+
+def write_cycle_files(c, evidence, account, figures, on, first):
+    """One cycle's evidence files (.evidence.json, .evidence.txt) and picture, with its verdict told the capture's
+    limits; the cycle's entry in run.json gets their paths."""
+    evidence["verdict"] = profiler_caveat(tailor_next(evidence["verdict"], on), [evidence["window"]], figures)
+    if c["refilled_by"] and evidence["verdict"]["stage"]:
+        evidence["verdict"]["sentence"] += (
+            " This cycle followed a pause that refilled the loader's queues: its input waits may be understated."
+        )
+    c["picture"], c["picture_note"] = draw_cycle(c, evidence)
+    if c["picture_note"] and first:  # one line a run: the reason is the same for every cycle
+        print(f"profile: {c['picture_note']}", file=sys.stderr)
+    for step in evidence["steps"]:
+        step.pop("lanes", None)
+    c["verdict"] = evidence["verdict"]["sentence"]
+    evidence["capture"] = {**account, "cycle": c["cycle"], "refilled_by": c["refilled_by"]}
+    base = c["trace"].rsplit(".pt.trace.", 1)[0]
+    c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
+    text = formatting.format_table([evidence]) + "\n".join(capture_lines(c, account) + perfetto_line(c)) + "\n"
+    c["evidence_txt"] = write_atomic(base + ".evidence.txt", text)
+    c["evidence"] = diagnosis.headline(evidence)
+    c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
+
+
+def write_evidence(cycles, capture):
+    """steplens summarize over each cycle's trace, saved beside it with the capture's account; the headline figures.
+
+    capture: detail, unprofiled (time_unprofiled's dict), pauses_s, steps_s and inputs_s (each loop step's
+    duration and its wait for input, where measured), queue_depth, queue (words), workers, device_input.
+    The headline is pooled over the cycles no refill served, else over the steps none served (see the
+    module's docstring).
+    """
+    evidences = {c["cycle"]: summarize.summarize_file(c["trace"], lanes=True) for c in cycles}
+    ahead = bool(cycles) and all(evidences[c["cycle"]].get("idle_basis") == "gpu_timeline" for c in cycles)
+    unprofiled_ms, steady, blocks = pooled_pace(capture, ahead)
+    pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
+    compute_s, seen, measured = loop_timings(capture, cycles, evidences, pace_s)
+    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen, measured)
+    # Where the CPU runs ahead, the GPU works through queued steps while the host waits: a host-side wait
+    # for input idles no GPU, and the headline is read on the GPU's own timeline. No refill counts there.
+    for c in cycles:
+        if evidences[c["cycle"]].get("idle_basis") == "gpu_timeline":
+            refilled[c["cycle"]] = []
+    for c in cycles:
+        c["refilled_by"] = refilled[c["cycle"]]
+        c["follows_dump"] = [r["before_step"] for r in refilled[c["cycle"]] if r["dump"]]
+    clean = [c["cycle"] for c in cycles if not c["refilled_by"]]
+    chosen = clean or [c["cycle"] for c in cycles]
+    head = diagnosis.headline([evidences[k] for k in chosen])
+    picked = None if clean else clean_steps(cycles, evidences)
+    if picked:
+        chosen = sorted({k for k, _ in picked})
+        head = pool_steps(diagnosis.headline([evidences[k] for k in chosen]), picked)
+    elif not clean:
+        head["gpu_idle_share"] = head["input_gap_share"] = None
+        head["null_reasons"]["input_wait"] = (
+            "every traced step found its batch queued by a refill during a pause (see refilled_by per cycle), "
+            "or no step was read on the CPU's steps: the trace may hide input waits the bench feels"
+        )
+    head["headline_steps"] = [s["step"] for _, s in picked] if picked else None
+    profiled = (
+        [s["pace_us"] / 1e3 for _, s in picked]
+        if picked
+        else [s["pace_us"] / 1e3 for k in chosen for s in evidences[k]["steps"] if s.get("pace_us")]
+    )
+    ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
+    se, df = ratio_se(ratio, profiled, steady)
+    bracket = distortion_interval(head["profiled_step_ms"], profiled, blocks)
+    head.update(
+        unprofiled_step_ms=unprofiled_ms,
+        profiler_distortion=ratio,
+        profiler_distortion_se=se,
+        profiler_distortion_df=df,
+        **bracket,
+        headline_cycles=chosen,
+        unprofiled_step_ms_range=[min(steady), max(steady)] if steady else None,
+    )
+    figures = {
+        "profiler_distortion": ratio,
+        "profiler_distortion_se": se,
+        "profiler_distortion_df": df,
+        "unprofiled_step_ms": unprofiled_ms,
+        **bracket,
+    }
+    account = capture_account(capture, cycles, head, figures, steady, compute_s, seen, chosen, bool(clean))
+    for c in cycles:
+        write_cycle_files(c, evidences[c["cycle"]], account, figures, capture.get("on"), first=c is cycles[0])
+    head["distortion_sentence"] = account["distortion_sentence"]
+    shown = [s for _, s in picked] if picked else [evidences[k]["window"] for k in chosen]
+    inputs = diagnosis.sum_known(shown, lambda p: p.get("input_cpu_us"))
+    head["input_cpu_share"] = inputs / sum(p["wall_us"] for p in shown) if inputs is not None else None
+    head["verdict"] = headline_verdict(head, [evidences[k] for k in chosen], picked, capture.get("on"))
+    print(f"profile: verdict: {head['verdict']['sentence']}", file=sys.stderr)
+    if head.get("gpu_top_classes"):  # what the GPU does: the table is in each cycle's evidence text
+        print(f"profile: GPU time by kernel class: {head['gpu_top_classes']}", file=sys.stderr)
+    return head
+
+
+def headline_verdict(head, evidences, picked, on=None):
+    """summarize.verdict over the headline's cycles (or steps), told where the capture limits it: no verdict
+    where a refill may hide the input waits, and the profiler's slow-down weighed (profiler_caveat)."""
+    if head["null_reasons"].get("input_wait"):
+        return {
+            "stage": None,
+            "part": None,
+            "share": None,
+            "runner_up": None,
+            "next": None,
+            "sentence": f"Cannot tell which stage holds the step: {head['null_reasons']['input_wait']}.",
+        }
+    parts = [s for _, s in picked] if picked else [ev["window"] for ev in evidences]
+    return profiler_caveat(tailor_next(diagnosis.verdict(evidences, parts if picked else None), on), parts, head)
+
+
+def profiler_caveat(v, parts, head):
+    """The verdict with the profiler's slow-down weighed, where its 95% interval excludes none.
+
+    The profiler slows the host side, so the GPU's waits for the host grow in the profiled steps while its
+    busy time does not. When the GPU's busy time per step would fill GPU_BOUND_AT of the unprofiled step,
+    the profiled waits may be the profiler's own: the stage is withheld (profiled_stage keeps it) and the
+    sentence says both readings. The interval is distortion_low's where the evidence has it (the steps before
+    and after the capture), else the ratio's own (runs timed before the capture alone)."""
+    ratio, se, unprofiled, low, high = (
+        head.get(k)
+        for k in (
+            "profiler_distortion",
+            "profiler_distortion_se",
+            "unprofiled_step_ms",
+            "distortion_low",
+            "distortion_high",
+        )
+    )
+    if not (v["stage"] and ratio and unprofiled):
+        return v
+    if low is not None:
+        if not low > 1:
+            return v
+    elif not (ratio - t975(head.get("profiler_distortion_df")) * se > 1 if se else ratio > DISTORTION_NOTE_AT):
+        return v
+    times = f"{low:.2f}x to {high:.2f}x" if head.get("distortion_uncertain") else f"{ratio:.2f}x"
+    steps = sum(p.get("steps", 1) for p in parts)
+    busy = [p.get("gpu_busy_us") for p in parts]
+    busy_ms = None if None in busy else sum(busy) / steps / 1e3
+    if v["part"] != "busy" and busy_ms is not None and busy_ms / unprofiled >= diagnosis.GPU_BOUND_AT:
+        v = {
+            **v,
+            "profiled_stage": v["stage"],
+            "profiled_share": v["share"],
+            "stage": None,
+            "part": None,
+            "share": None,
+            "next": None,
+            "unprofiled_busy_share": busy_ms / unprofiled,
+        }
+        v["sentence"] = (
+            f"Uncertain: in the profiled steps {v['profiled_stage']} is the GPU's largest wait "
+            f"({100 * v['profiled_share']:.0f}% of the step), but the profiler made those steps "
+            f"{times} as long; at the unprofiled pace ({unprofiled:.2f} ms) the GPU's "
+            f"{busy_ms:.2f} ms of work would fill {100 * busy_ms / unprofiled:.0f}% of the step, where "
+            "GPU compute holds it. mode=bench, against a change, decides."
+        )
+        return v
+    return {
+        **v,
+        "sentence": v["sentence"] + f" The profiler made these steps {times} as long as unprofiled "
+        "ones: the shares are of the profiled step.",
+    }
+
+
+LEVERS = (
+    ("--amp bf16", lambda on: on.get("amp") == "bf16"),
+    ("--channels-last", lambda on: on.get("channels_last")),
+    ("--compile default", lambda on: on.get("compile") not in (None, "off")),
+)
+
+
+def tailor_next(v, on):
+    """GPU compute's next step in this run's terms: the options not yet on, and a larger batch."""
+    if v.get("part") != "busy" or on is None:
+        return v
+    levers = [flag for flag, is_on in LEVERS if not is_on(on)] + ["a larger --batch-size"]
+    nxt = f"make the GPU's work cheaper or larger ({', '.join(levers)}), then measure with mode=bench"
+    return {**v, "next": nxt, "sentence": v["sentence"].replace(f"Next: {v['next']}.", f"Next: {nxt}.")}
+
+
+def draw_cycle(c, evidence):
+    """The cycle's step picture beside its trace (picture.py); its path, or None and the reason."""
+    folder, base = os.path.split(c["trace"].rsplit(".pt.trace.", 1)[0])
+    path = os.path.join(folder, base.replace("trace-", "picture-", 1) + ".png")
+    title = f"cycle {c['cycle']}, ProfilerStep#{c['profiler_steps'][0]}-{c['profiler_steps'][1]}"
+    try:
+        picture.draw(evidence, path, title)
+    except picture.NoPicture as e:
+        return None, str(e)
+    return path, None

@@ -1,0 +1,286 @@
+"""The verdict: which stage holds the step, from the evidence of one or more traces.
+
+The rule and its thresholds: docs/EVIDENCE.md#the-verdict."""
+
+from steplens.evidence.attribution import EPS_US, NO_GPU, NO_INPUT, OUTSIDE_SCOPES, pooled_classes
+from steplens.scopes import NEXT_BATCH, SCOPES
+
+
+def headline(evidences):
+    """The figures logged as Polyaxon outputs, pooled over one or several traces' windows.
+
+    profiled_step_ms is the basis span per step (the CPU's step, or the GPU's when the CPU runs
+    ahead); the idle shares come from each window's own basis. gpu_span_ms_per_step is the mean of the
+    complete GPU slots (each window's last step has none), null when no window has one;
+    gpu_work_ms_per_step is over all steps. Invariant, on the complete slots: the work of the steps that
+    have one never exceeds their span; were it to, gpu_work_ms_per_step is null and the reason given.
+    """
+    if isinstance(evidences, dict):
+        evidences = [evidences]
+    windows = [ev["window"] for ev in evidences]
+    steps = sum(w["steps"] for w in windows)
+    out = {
+        "profiled_step_ms": None,
+        "gpu_idle_share": None,
+        "input_gap_share": None,
+        "gpu_work_ms_per_step": None,
+        "gpu_span_ms_per_step": None,
+        "cpu_step_ms": None,
+        "cpu_runs_ahead": any(ev.get("cpu_runs_ahead") for ev in evidences),
+        "null_reasons": {},
+    }
+    out["cpu_step_ms"] = sum(w["wall_us"] for w in windows) / steps / 1e3
+    out.update(pooled_classes(windows, steps))
+    bases = {ev.get("idle_basis") for ev in evidences}
+    out["idle_basis"] = bases.pop() if len(bases) == 1 else "mixed"
+    if all(w.get("pace_us") is not None for w in windows):
+        out["profiled_step_ms"] = sum(w["pace_us"] for w in windows) / steps / 1e3
+    if not all(ev["has_gpu"] for ev in evidences):
+        out["null_reasons"]["gpu"] = NO_GPU
+        return out
+    missing = [w["gpu_null_reason"] for w in windows if w["gpu_null_reason"]]
+    if missing:
+        out["null_reasons"]["gpu"] = "; ".join(dict.fromkeys(missing))
+        return out
+    pace = sum(w["pace_us"] for w in windows)
+    idle = sum(w["gpu_idle_us"] for w in windows)
+    out["gpu_idle_share"] = idle / pace if pace else None
+    gap = sum_known(windows, lambda w: w["input_gap_us"])
+    if gap is None:
+        out["null_reasons"]["input_gap_share"] = "; ".join(
+            dict.fromkeys((ev.get("input_source") or {}).get("null_reason") or NO_INPUT for ev in evidences)
+        )
+    out["input_gap_share"] = None if gap is None else (gap / idle if idle else 0.0)
+    spans = [w["gpu_span_null_reason"] for w in windows if w["gpu_span_null_reason"]]
+    if spans:
+        out["null_reasons"]["gpu_span_ms_per_step"] = out["null_reasons"]["gpu_work_ms_per_step"] = "; ".join(
+            dict.fromkeys(spans)
+        )
+        return out
+    n_slots = sum(w["gpu_slots"] for w in windows)
+    work = sum(w["gpu_work_us"] for w in windows) / steps / 1e3
+    overlap = [
+        w["gpu_span_per_step_null_reason"] for w in windows if w["gpu_slots"] and w["gpu_span_per_step_us"] is None
+    ]
+    if overlap:
+        out["null_reasons"]["gpu_span_ms_per_step"] = out["null_reasons"]["gpu_work_ms_per_step"] = "; ".join(
+            dict.fromkeys(overlap)
+        )
+        return out
+    if not n_slots:
+        out["null_reasons"]["gpu_span_ms_per_step"] = "; ".join(
+            dict.fromkeys(w["gpu_span_per_step_null_reason"] for w in windows)
+        )
+        out["gpu_work_ms_per_step"] = work
+        return out
+    out["gpu_span_ms_per_step"] = sum(w["gpu_slots_span_us"] for w in windows) / n_slots / 1e3
+    slot_work = sum(w["gpu_slots_work_us"] for w in windows) / n_slots / 1e3
+    if slot_work > out["gpu_span_ms_per_step"] + EPS_US / 1e3:
+        out["null_reasons"]["gpu_work_ms_per_step"] = (
+            f"GPU work per complete slot ({slot_work:.3f} ms) exceeds the GPU span per complete slot "
+            f"({out['gpu_span_ms_per_step']:.3f} ms)"
+        )
+    else:
+        out["gpu_work_ms_per_step"] = work
+    return out
+
+
+# The tutorial's decision rule: the stage that holds the largest part of the step, and what to try next.
+# On a GPU trace the parts are the GPU's busy time and its waits for the host, split by the scope the host
+# was in (the input gap is the wait inside input/next_batch); on a CPU-only trace, the four scopes' CPU time.
+STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for its share, what to try next)
+    "busy": (
+        "GPU compute",
+        "the GPU is busy for {p} of the step",
+        "make the GPU's work cheaper or larger (bf16 autocast, channels-last, torch.compile, a larger "
+        "batch: see the candidate fixes), then measure with mode=bench",
+    ),
+    "input": (
+        "waiting for input",
+        "the GPU sits idle while {source} runs for {p} of the step (the input gap)",
+        "more DataLoader workers within the job's CPUs (--workers 4; -P workers=4 on Polyaxon), then measure "
+        "with mode=bench",
+    ),
+    "input/to_device": (
+        "copying input to the GPU",
+        "the GPU sits idle while input/to_device runs for {p} of the step",
+        "a side-stream copy (--prefetch-stream) or --gpu-input, then measure with mode=bench",
+    ),
+    "train/forward_backward": (
+        "host-side launch overhead",
+        "the GPU sits idle waiting for train/forward_backward's kernel launches for {p} of the step",
+        "fewer, larger launches (--cuda-graph with --gpu-input, --compile default, a "
+        "larger batch), then measure with mode=bench",
+    ),
+    "train/optimizer": (
+        "the optimizer",
+        "the GPU sits idle waiting for train/optimizer's launches for {p} of the step",
+        "one fused update kernel (--fused-sgd), then measure with mode=bench",
+    ),
+    OUTSIDE_SCOPES: (
+        "host work outside the four scopes",
+        "the GPU sits idle waiting for the host outside the four scopes for {p} of the step",
+        "look in the trace at what the CPU runs between the scopes",
+    ),
+    "queued": (
+        "GPU-side gaps",
+        "the GPU sits idle with work queued for {p} of the step",
+        "look for synchronizations in the trace (the sync calls row)",
+    ),
+    "communication": (
+        "communication between ranks",
+        "the GPU runs nothing but communication kernels (NCCL) for {p} of the step",
+        "find the rank the others wait for (steplens ranks OUTPUTS/traces), then overlap communication with compute",
+    ),
+}
+
+
+CPU_STAGES = {
+    "input": ("waiting for input", STAGES["input"][2]),
+    "input/to_device": ("copying input", "look at the copy's CPU cost in the trace"),
+    "train/forward_backward": ("CPU compute (forward and backward)", "profile on a GPU to see what the GPU would do"),
+    "train/optimizer": ("the optimizer", "--fused-sgd, or profile on a GPU"),
+    OUTSIDE_SCOPES: ("CPU work outside the input", "add the four scopes to the loop to tell it apart"),
+}
+
+
+HOST_SCOPES = SCOPES[1:]  # the scopes after the input: a GPU wait inside them is no input wait
+
+
+GPU_BOUND_AT = 0.5  # busy for at least this share of the step: GPU compute holds it; else what the GPU waits for
+
+
+CLOSE = 0.10  # a runner-up within this share of the step is named beside the stage
+
+
+def _pct(x):
+    return f"{100 * x:.0f}%"
+
+
+def sum_known(parts, get):
+    """The parts' total of a figure, or None when any part lacks it."""
+    values = [get(p) for p in parts]
+    return None if None in values else sum(values)
+
+
+def _source(evidences):
+    names = {(ev.get("input_source") or {}).get("name") for ev in evidences}
+    return names.pop() if len(names) == 1 else None
+
+
+def _cpu_verdict(out, cpu, wall, named):
+    """A CPU-only trace: the largest CPU part holds the step (it cannot tell whether a GPU would wait)."""
+    if not cpu:
+        out["sentence"] = (
+            f"Cannot tell: a CPU-only trace without the four scopes or an input source shows "
+            f"neither GPU tracks nor where the CPU's time goes ({NO_INPUT})."
+        )
+        return out
+    part = max(cpu, key=cpu.get)
+    stage, nxt = CPU_STAGES[part]
+    out.update(stage=stage, part=part, share=cpu[part] / wall, next=nxt)
+    what = named if part == "input" else ("the rest of the step" if part == OUTSIDE_SCOPES else part)
+    out["sentence"] = (
+        f"{stage[0].upper()}{stage[1:]} holds the step: {what} takes {_pct(out['share'])} "
+        "of the step's CPU time (a CPU-only trace has no GPU tracks: it cannot tell whether a "
+        f"GPU would wait). Next: {nxt}."
+    )
+    return out
+
+
+def _gpu_shares(parts, has_scopes):
+    """Shares of the step: GPU busy, communication, and each thing the idle GPU waited for."""
+    pace = sum(p["pace_us"] for p in parts)
+    gap = sum_known(parts, lambda p: p.get("input_gap_us"))
+    comm = sum(p.get("gpu_comm_only_us") or 0.0 for p in parts)
+    shares = {"busy": sum(p["gpu_busy_us"] for p in parts) / pace - comm / pace}
+    if comm:
+        shares["communication"] = comm / pace
+    waited = sum(p["host_wait_us"] for p in parts)
+    host = {n: sum(p["waits_by_scope_us"].get(n, 0.0) for p in parts) for n in HOST_SCOPES} if has_scopes else {}
+    if gap is not None:
+        shares["input"] = gap / pace
+    shares.update({n: v / pace for n, v in host.items()})
+    shares[OUTSIDE_SCOPES] = max(0.0, waited - (gap or 0.0) - sum(host.values())) / pace
+    shares["queued"] = max(0.0, sum(p["gpu_idle_us"] - p["host_wait_us"] for p in parts) / pace)
+    return shares, gap
+
+
+def _gpu_sentence(out, shares, part, named):
+    """The sentence of a GPU trace's verdict, with its runner-up when within CLOSE of the step."""
+    idle_parts = [k for k in shares if k != "busy"]
+    stage, shows, nxt = STAGES[part]
+    out.update(stage=stage, part=part, share=shares[part], next=nxt)
+    second = max((k for k in idle_parts if k != part), key=shares.get)
+    close = part != "busy" and shares[part] - shares[second] <= CLOSE and shares[second] > 0
+    if close:
+        out["runner_up"] = {"stage": STAGES[second][0], "part": second, "share": shares[second]}
+    detail = shows.format(p=_pct(shares[part]), source=named)
+    if close:
+        detail += f", closely followed by {STAGES[second][0]} ({_pct(shares[second])})"
+    if part == "busy":
+        if shares[second] >= CLOSE:
+            detail += f"; its largest wait is {STAGES[second][0]} ({_pct(shares[second])})"
+        out["sentence"] = f"GPU compute holds the step: {detail}. Next: {nxt}."
+    else:  # the GPU idles for more than half the step: the stage is what it waits for most
+        idle = 1 - shares["busy"] - shares.get("communication", 0.0)
+        out["sentence"] = (
+            f"The GPU idles for {_pct(idle)} of the step, and {stage} is its largest wait: {detail}. Next: {nxt}."
+        )
+
+
+def verdict(evidences, parts=None):
+    """The stage that holds the step, with its share of the step and the figure that shows it.
+
+    evidences: one trace's evidence or several; parts: the figure dicts to pool (default: each trace's
+    window; profile mode passes the headline's steps). Returns {"stage", "part", "share", "runner_up",
+    "sentence", "next"}; stage is None, and the sentence says why, where the figures cannot tell.
+    The rule: docs/EVIDENCE.md#the-verdict.
+    """
+    if isinstance(evidences, dict):
+        evidences = [evidences]
+    parts = parts if parts is not None else [ev["window"] for ev in evidences]
+    out = {"stage": None, "part": None, "share": None, "runner_up": None, "next": None}
+    # 1) enough steps to see a pattern
+    steps = sum(p.get("steps", 1) for p in parts)
+    if steps < 2:
+        out["sentence"] = (
+            f"Too short to tell: {steps} profiled step; a verdict needs two or more, so that one "
+            "slow step is not read as the pattern."
+        )
+        return out
+    # 2) a CPU-only trace: the CPU's own time
+    source = _source(evidences)
+    named = f"the input ({source})" if source and source != NEXT_BATCH else NEXT_BATCH
+    has_scopes = all(set(SCOPES) <= set(ev.get("scopes_present", SCOPES)) for ev in evidences)
+    wall = sum(p["wall_us"] for p in parts)
+    cpu = {"input": sum_known(parts, lambda p: p.get("input_cpu_us", p["scopes_cpu_us"].get(NEXT_BATCH)))}
+    if has_scopes:
+        cpu.update({n: sum_known(parts, lambda p: p["scopes_cpu_us"][n]) for n in HOST_SCOPES})
+    elif cpu["input"] is not None:
+        cpu[OUTSIDE_SCOPES] = wall - cpu["input"]
+    cpu = {k: v for k, v in cpu.items() if v is not None}
+    if not all(ev["has_gpu"] for ev in evidences):
+        return _cpu_verdict(out, cpu, wall, named)
+    # 3) a GPU trace: GPU compute holds the step when busy for GPU_BOUND_AT of it, else its largest wait
+    missing = [p.get("gpu_null_reason") for p in parts if p.get("gpu_idle_us") is None or not p.get("pace_us")]
+    if missing:
+        out["sentence"] = f"Cannot tell which stage holds the step: {'; '.join(dict.fromkeys(map(str, missing)))}."
+        return out
+    shares, gap = _gpu_shares(parts, has_scopes)
+    idle_parts = [k for k in shares if k != "busy"]
+    part = "busy" if shares["busy"] >= GPU_BOUND_AT else max(idle_parts, key=shares.get)
+    if part == OUTSIDE_SCOPES and not has_scopes:
+        out["sentence"] = (
+            f"Cannot tell which stage holds the step: the GPU sits idle waiting for the host for "
+            f"{_pct(shares[part])} of it outside the input, and the trace carries none of the four "
+            "scopes, so it cannot say for what (add them to the loop: docs/EVIDENCE.md)."
+            + ("" if gap is not None else f" No input figure: {NO_INPUT}.")
+        )
+        return out
+    _gpu_sentence(out, shares, part, named)
+    if gap is None:
+        out["sentence"] += f" No input figure: {NO_INPUT}."
+    elif source and source != NEXT_BATCH:
+        out["sentence"] += f" The input is read from {source}."
+    return out

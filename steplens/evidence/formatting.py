@@ -1,0 +1,261 @@
+"""The evidence as text tables: per step, the window, and the kernel classes."""
+
+from steplens.evidence.attribution import CAVEAT, NO_GPU
+from steplens.scopes import SCOPES
+from steplens.trace import kernels
+
+
+def _scope_ms(scope):
+    return lambda f: f["gpu_work_by_scope_us"].get(scope, 0.0) / 1e3
+
+
+ROWS = [  # label, getter, format
+    ("step wall ms", lambda f: f["wall_us"] / 1e3, "{:.2f}"),
+    *[(f"cpu {n} ms", (lambda n: lambda f: f["scopes_cpu_us"][n] / 1e3)(n), "{:.2f}") for n in SCOPES],
+    ("cpu input ms (input source)", lambda f: f["input_cpu_us"] / 1e3, "{:.2f}"),
+    ("gpu busy ms", lambda f: f["gpu_busy_us"] / 1e3, "{:.2f}"),
+    ("gpu idle ms", lambda f: f["gpu_idle_us"] / 1e3, "{:.2f}"),
+    ("gpu idle share", lambda f: f["gpu_idle_share"], "{:.3f}"),
+    ("input gap ms", lambda f: f["input_gap_us"] / 1e3, "{:.2f}"),
+    ("input gap / idle", lambda f: f["input_gap_share"], "{:.3f}"),
+    ("gpu span ms", lambda f: f["gpu_span_us"] / 1e3, "{:.2f}"),
+    ("gpu work launched ms", lambda f: f["gpu_work_us"] / 1e3, "{:.2f}"),
+    *[(f"  launched in {n} ms", _scope_ms(n), "{:.2f}") for n in SCOPES],
+    ("gpu lag after step ms", lambda f: f["gpu_lag_us"] / 1e3, "{:.2f}"),
+    ("h2d copies", lambda f: f["h2d"]["count"], "{:d}"),
+    ("h2d MB", lambda f: f["h2d"]["bytes"] / 1e6, "{:.2f}"),
+    ("h2d ms", lambda f: f["h2d"]["us"] / 1e3, "{:.3f}"),
+    ("h2d overlapped ms", lambda f: f["h2d"]["overlapped_with_kernels_us"] / 1e3, "{:.3f}"),
+    ("kernels", lambda f: f["kernels"]["count"], "{:d}"),
+    ("kernel median us", lambda f: f["kernels"]["median_us"], "{:.1f}"),
+    ("kernels < 10us", lambda f: f["kernels"]["share_under_10us"], "{:.3f}"),
+    ("launch cpu ms", lambda f: f["launch_cpu_us"] / 1e3, "{:.2f}"),
+    ("graph launches", lambda f: f["graph_launches"], "{:d}"),
+    ("launch / gpu busy", lambda f: f["launch_to_busy"], "{:.3f}"),
+    ("sync calls", lambda f: f["sync"]["count"], "{:d}"),
+    ("sync cpu ms", lambda f: f["sync"]["cpu_us"] / 1e3, "{:.2f}"),
+]
+
+
+# The share-of-step column: the CPU scopes over the step's wall time, the GPU's parts over the step's basis span.
+SHARES = {
+    **{f"cpu {n} ms": (lambda n: lambda f: f["scopes_cpu_us"][n] / f["wall_us"])(n) for n in SCOPES},
+    "cpu input ms (input source)": lambda f: f["input_cpu_us"] / f["wall_us"],
+    "gpu busy ms": lambda f: f["gpu_busy_us"] / f["pace_us"],
+    "gpu idle ms": lambda f: f["gpu_idle_us"] / f["pace_us"],
+    "input gap ms": lambda f: f["input_gap_us"] / f["pace_us"],
+}
+
+
+def mean_per_step(window):
+    """The window's additive figures divided by its step count (shares and medians stay)."""
+    n = window["steps"]
+    m = dict(window)
+    for k in (
+        "wall_us",
+        "gpu_busy_us",
+        "gpu_idle_us",
+        "input_gap_us",
+        "gpu_work_us",
+        "launch_cpu_us",
+        "graph_launches",
+    ):
+        if m.get(k) is not None:
+            m[k] = m[k] / n
+    m["gpu_span_us"] = window.get("gpu_span_per_step_us")  # the mean complete slot: the last step has none
+    m["scopes_cpu_us"] = {k: None if v is None else v / n for k, v in window["scopes_cpu_us"].items()}
+    if m.get("input_cpu_us") is not None:
+        m["input_cpu_us"] = m["input_cpu_us"] / n
+    if m.get("gpu_work_by_scope_us") is not None:
+        m["gpu_work_by_scope_us"] = {k: v / n for k, v in window["gpu_work_by_scope_us"].items()}
+    for group, keys in (
+        ("h2d", ("count", "bytes", "us", "overlapped_with_kernels_us")),
+        ("kernels", ("count",)),
+        ("sync", ("count", "cpu_us")),
+    ):
+        if m.get(group) is not None:
+            m[group] = {**m[group], **{k: m[group][k] / n for k in keys}}
+    return m
+
+
+def _value(getter, fig):
+    try:
+        return getter(fig)
+    except (TypeError, KeyError):
+        return None
+
+
+def _fmt(value, fmt):
+    if value is None:
+        return "n/a"
+    if fmt == "{:d}" and value != int(value):
+        return f"{value:.1f}"
+    return fmt.format(int(value) if fmt == "{:d}" else value)
+
+
+def _table(header, rows):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(
+        str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+    )
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+CLASSES_TITLE = (
+    "GPU time by kernel class (steplens/trace/kernels.py) of the GPU work each step launched; "
+    "where kernels overlap, the one that started first keeps the time, so the classes sum to the "
+    "GPU work launched"
+)
+
+
+def format_classes(evidences):
+    """The kernel-class table of GPU traces: one trace, a column per step (ms) and the window's count, median and
+    share; several, each window's ms per step and share. Then the top kernels and the names no rule knows."""
+    shown = [ev for ev in evidences if ev["has_gpu"] and (ev["window"].get("kernel_classes") or {}).get("busy_us")]
+    if not shown:
+        return []
+    parts = [CLASSES_TITLE]
+    present = [c for c in kernels.CLASSES if any(c in ev["window"]["kernel_classes"]["classes"] for ev in shown)]
+    if len(evidences) == 1:
+        ev = shown[0]
+        w, n = ev["window"]["kernel_classes"], ev["window"]["steps"]
+        steps = [(s["step"], (s.get("kernel_classes") or {}).get("classes", {})) for s in ev["steps"]]
+        header = ["class"] + [f"#{num} ms" for num, _ in steps] + ["mean/step ms", "kernels/step", "median us", "share"]
+        rows = [
+            [cls]
+            + [_fmt(c[cls]["us"] / 1e3 if cls in c else 0.0, "{:.3f}") for _, c in steps]
+            + (
+                [
+                    _fmt(w["classes"][cls]["us"] / n / 1e3, "{:.3f}"),
+                    _fmt(w["classes"][cls]["count"] / n, "{:.1f}"),
+                    _fmt(w["classes"][cls]["median_us"], "{:.1f}"),
+                    _fmt(w["classes"][cls]["share"], "{:.1%}"),
+                ]
+                if cls in w["classes"]
+                else ["0.000", "0.0", "n/a", "0.0%"]
+            )
+            for cls in present
+        ]
+        rows.append(
+            ["total = gpu work launched"]
+            + [_fmt(s.get("gpu_work_us", 0.0) / 1e3, "{:.3f}") for s in ev["steps"]]
+            + [
+                _fmt(w["busy_us"] / n / 1e3, "{:.3f}"),
+                _fmt(sum(c["count"] for c in w["classes"].values()) / n, "{:.1f}"),
+                "",
+                "100.0%",
+            ]
+        )
+        parts.append(_table(header, rows))
+    else:
+        header = ["class (ms/step, share)"] + [chr(ord("A") + i) for i, ev in enumerate(evidences) if ev in shown]
+        rows = [
+            [cls]
+            + [
+                f"{c['us'] / ev['window']['steps'] / 1e3:.3f} ({c['share']:.1%})" if c else "0"
+                for ev in shown
+                for c in [ev["window"]["kernel_classes"]["classes"].get(cls)]
+            ]
+            for cls in present
+        ]
+        parts.append(_table(header, rows))
+    for ev in shown:
+        w, n = ev["window"]["kernel_classes"], ev["window"]["steps"]
+        parts.append(
+            f"{ev['trace']}: kernel time summed {w['kernel_us'] / n / 1e3:.3f} ms/step, of which "
+            f"{w['overlap_us'] / n / 1e3:.3f} ms/step ran beside other GPU work (counted once above)"
+        )
+        parts.append(f"{ev['trace']}: top kernels (summed duration per step, count per step, class):")
+        parts += [
+            f"  {k['us'] / n / 1e3:7.3f} ms  {k['count'] / n:5.1f}  {kernels.SHORT[k['class']]:<15} {k['name'][:100]}"
+            for k in w.get("top", [])
+        ]
+        if w["other_names"]:
+            parts.append(
+                f"{ev['trace']}: no class rule knows {len(w['other_names'])} names (other): "
+                + "; ".join(name[:80] for name in w["other_names"][:5])
+            )
+    return parts
+
+
+def format_table(evidences):
+    """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
+    parts = []
+    rows_used = ROWS if any(ev["has_gpu"] for ev in evidences) else ROWS[: 2 + len(SCOPES)]
+    if len(evidences) == 1:
+        ev = evidences[0]
+        cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("mean/step", mean_per_step(ev["window"]))]
+        header = ["figure"] + [c for c, _ in cols] + ["share of step"]
+        rows = [
+            [label]
+            + [_fmt(_value(g, f), fmt) for _, f in cols]
+            + ([_fmt(_value(SHARES[label], ev["window"]), "{:.1%}")] if label in SHARES else [""])
+            for label, g, fmt in rows_used
+        ]
+        parts.append(f"verdict: {ev['verdict']['sentence']}")
+        parts.append(f"trace: {ev['trace']}")
+    else:
+        header = ["figure (mean/step)"] + [chr(ord("A") + i) for i in range(len(evidences))]
+        if len(evidences) == 2:
+            header.append("B/A")
+        rows = []
+        for label, g, fmt in rows_used:
+            vals = [_value(g, mean_per_step(ev["window"])) for ev in evidences]
+            row = [label] + [_fmt(v, fmt) for v in vals]
+            if len(evidences) == 2:
+                a, b = vals
+                row.append("n/a" if a in (None, 0) or b is None else f"{b / a:.2f}")
+            rows.append(row)
+        parts += [
+            f"{chr(ord('A') + i)}: {ev['trace']}\n   verdict: {ev['verdict']['sentence']}"
+            for i, ev in enumerate(evidences)
+        ]
+    parts.append(_table(header, rows))
+    parts += format_classes(evidences)
+    for ev in evidences:
+        src = ev["input_source"]
+        parts.append(
+            f"{ev['trace']}: "
+            + (
+                f"input read from {src['name']} ({src['kind']})"
+                if src["name"] and not src["null_reason"]
+                else f"no input figures: {src['null_reason']}"
+            )
+        )
+        absent = [n for n in SCOPES if n not in ev["scopes_present"]]
+        if absent:
+            parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
+        drops = ev.get("perfetto_drops", {}).get("count")
+        parts.append(
+            f"{ev['trace']}: "
+            + (
+                f"Perfetto before v57.1 would drop {drops} complete events that cross "
+                "others on their track (docs/PERFETTO.md)"
+                if drops
+                else "every complete event nests: every Perfetto version shows them all"
+            )
+        )
+        if not ev["has_gpu"]:
+            parts.append(f"{ev['trace']}: {NO_GPU}")
+            continue
+        parts.append(
+            f"{ev['trace']}: "
+            + (
+                "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
+                if ev["idle_basis"] == "gpu_timeline"
+                else "idle time is read on the CPU's steps: the GPU keeps up with the CPU (idle_basis cpu_steps)"
+            )
+        )
+        for note in ev["notes"]:
+            parts.append(f"{ev['trace']}: {note}")
+        for s in ev["steps"]:
+            if s["gpu_span_null_reason"] and s["gpu_work_us"]:
+                parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
+        if ev["crossing_slices"]["count"]:
+            parts.append(
+                f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
+                "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
+                "traces are repaired (docs/PERFETTO.md)"
+            )
+    parts.append(f"note: {CAVEAT}")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,167 @@
+"""A picture of one profiled cycle: each step as the tutorial tells it, to scale.
+
+    steplens picture TRACE [--out PICTURE.png]
+
+For each step, two lanes: the CPU's four scopes, and the GPU's busy time and idle time (idle split into
+the input gap, when the GPU waited while input/next_batch ran; the other waits for the host, when the work
+that ended the idle was launched after it began; other idle, with work queued). Each lane starts at its
+own zero: the CPU lane at the step's start, the GPU lane at the start of the span its figures are read on
+(the CPU's step while the GPU keeps up; the step's own GPU slot when the CPU runs ahead). Every length
+comes from steplens summarize's figures for that step; the verdict is in the title. Profile mode draws one per
+cycle beside its trace; a CPU-only trace gets the CPU lanes alone; in a DDP run rank 0 also draws every
+rank's steps in one picture per cycle (steplens ranks).
+"""
+
+import argparse
+import os
+import sys
+import textwrap
+
+from steplens.evidence import summarize
+from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
+from steplens.trace import reader
+
+COLOURS = {
+    NEXT_BATCH: "#d62728",
+    "input": "#d62728",
+    TO_DEVICE: "#ff7f0e",
+    FORWARD_BACKWARD: "#1f77b4",
+    OPTIMIZER: "#9467bd",
+    "busy": "#2ca02c",
+    "input gap": "#d62728",
+    "waiting for the host": "#8c8c8c",
+    "other idle": "#d9d9d9",
+}
+NO_MATPLOTLIB = "matplotlib is not installed: no step picture was drawn (pip install matplotlib)"
+
+
+class NoPicture(Exception):
+    pass
+
+
+def lanes_of(evidence):
+    """Per step, the lanes to draw in milliseconds from each lane's own start, and their lengths.
+
+    Returns [{"step", "cpu_ms", "gpu_ms", "cpu": [(scope, start, length)], "gpu": [(kind, start, length)]}];
+    gpu_ms is None where the step has no GPU figures (a CPU-only trace, or an open GPU slot)."""
+    out = []
+    for s in evidence["steps"]:
+        lanes = s.get("lanes")
+        if lanes is None:
+            raise ValueError("the evidence carries no lanes: summarize it with lanes=True")
+        cpu_ms = s["wall_us"] / 1e3
+        gpu = lanes["gpu"] if s.get("pace_us") is not None and s.get("gpu_busy_us") is not None else None
+        row = {"step": s["step"], "cpu_ms": cpu_ms, "gpu_ms": None, "cpu": [], "gpu": []}
+        start = lanes["cpu_start"]  # the ProfilerStep slice's start: its first scope may start later
+        row["cpu"] = [(name, (a - start) / 1e3, (b - a) / 1e3) for name, a, b in lanes["cpu"]]
+        if gpu:
+            g0 = gpu[0][1]
+            row["gpu"] = [(kind, (a - g0) / 1e3, (b - a) / 1e3) for kind, a, b in gpu]
+            row["gpu_ms"] = s["pace_us"] / 1e3
+        out.append(row)
+    return out
+
+
+def draw(evidence, path, title):
+    """Draw one trace's cycle to path (PNG, written atomically); returns lanes_of(evidence) as drawn.
+    Raises NoPicture with the reason when matplotlib is missing."""
+    rows = lanes_of(evidence)
+    draw_groups(
+        [("", rows)],
+        path,
+        title,
+        evidence["verdict"]["sentence"],
+        evidence["has_gpu"],
+        evidence.get("idle_basis") == "gpu_timeline",
+    )
+    return rows
+
+
+def draw_groups(groups, path, title, said, has_gpu, gpu_slots):
+    """Lane pairs for each (label, rows) group, one group per rank in a DDP run, on one time scale.
+
+    said: the sentence under the title (the verdict); gpu_slots: the GPU lanes are GPU slots (the CPU runs
+    ahead), which the axis says. Raises NoPicture when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+    except ImportError as e:
+        raise NoPicture(NO_MATPLOTLIB) from e
+    rows = [(label, row) for label, group in groups for row in group]
+    fig, ax = plt.subplots(figsize=(11, 1.9 + 0.8 * len(rows)))
+    ticks, labels = [], []
+    for i, (label, row) in enumerate(rows):
+        y_cpu, y_gpu = 2 * (len(rows) - 1 - i) + 1.0, 2 * (len(rows) - 1 - i) + 0.45
+        ax.broken_barh([(0, row["cpu_ms"])], (y_cpu - 0.22, 0.44), facecolors="white", edgecolors="#555555")
+        for name, a, w in row["cpu"]:
+            ax.broken_barh([(a, w)], (y_cpu - 0.22, 0.44), facecolors=COLOURS[name], linewidth=0, antialiased=False)
+        ticks.append(y_cpu)
+        labels.append(f"{label}step {row['step']} CPU  {row['cpu_ms']:.2f} ms")
+        if row["gpu_ms"] is not None:
+            for kind, a, w in row["gpu"]:
+                ax.broken_barh([(a, w)], (y_gpu - 0.22, 0.44), facecolors=COLOURS[kind], linewidth=0, antialiased=False)
+            labels.append(f"GPU  {row['gpu_ms']:.2f} ms")
+        else:
+            reason = "no GPU tracks" if not has_gpu else "no complete GPU slot"
+            ax.text(0, y_gpu, f"  ({reason})", va="center", fontsize=8, color="#555555")
+            labels.append("GPU  n/a")
+        ticks.append(y_gpu)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel(
+        "milliseconds from the start of each lane, to scale; "
+        + (
+            "the GPU lane is the step's own GPU slot (the CPU runs ahead of the GPU)"
+            if gpu_slots
+            else "both lanes start with the CPU's step"
+        ),
+        fontsize=8,
+    )
+    ax.set_xlim(0, max([r["cpu_ms"] for _, r in rows] + [r["gpu_ms"] or 0 for _, r in rows]) * 1.02)
+    drawn = {name for _, r in rows for name, _, _ in r["cpu"]}
+    legend = [
+        Patch(facecolor=COLOURS[k], label=k)
+        for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)
+        if k in drawn or "input" not in drawn
+    ]
+    if "input" in drawn:
+        legend.insert(0, Patch(facecolor=COLOURS["input"], label="input (DataLoader annotation or --input-scope)"))
+    if has_gpu:
+        legend += [
+            Patch(facecolor=COLOURS[k], label=f"GPU {k}")
+            for k in ("busy", "input gap", "waiting for the host", "other idle")
+        ]
+    fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    wrapped = "\n".join(textwrap.wrap(said, 130))
+    ax.set_title(f"{title}\n{wrapped}", fontsize=9, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".partial-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="steplens picture", description=__doc__.split("\n")[0])
+    p.add_argument("trace", help="a PyTorch profiler Chrome trace (.json or .json.gz)")
+    p.add_argument("--out", help="the PNG to write (default: beside the trace, .steps.png)")
+    summarize.add_reading_options(p)
+    args = p.parse_args(argv)
+    out = args.out or args.trace.rsplit(".pt.trace.", 1)[0].rsplit(".json", 1)[0] + ".steps.png"
+    try:
+        evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
+        draw(evidence, out, os.path.basename(args.trace))
+    except (reader.TraceError, NoPicture) as e:
+        print(f"steplens picture: error: {e}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0

@@ -1,0 +1,554 @@
+"""steplens ranks: the evidence across a DDP run's ranks, aligned on step numbers, and the rank holding the others back.
+
+    steplens ranks OUTPUTS/traces              # every rank's traces under the folder (traces/rank{R}/...)
+    steplens ranks A.pt.trace.json.gz B.pt.trace.json.gz --json
+
+The figures: docs/DDP.md#evidence-across-ranks."""
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import re
+import statistics
+import sys
+
+from steplens.evidence import attribution, picture, summarize
+from steplens.scopes import NEXT_BATCH, SCOPES
+from steplens.stats import ALPHA, sign_test_p, steps_needed
+from steplens.trace import intervals, reader
+from steplens.trace.intervals import minus
+
+NCCL = "nccl"
+
+
+CPU_COMM = ("c10d::", "gloo:", "nccl:", "record_param_comms", "allreduce", "all_reduce")
+
+
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+
+
+RUNS_AHEAD = "the CPU runs ahead of the GPU: GPU communication cannot be clipped to the CPU's steps"
+
+
+NO_COMM = (
+    "no communication events in the trace (no NCCL kernels, no gloo/c10d operators): "
+    "not a distributed run, or a world of one"
+)
+
+
+class RanksError(Exception):
+    pass
+
+
+def trace_rank(path, head_bytes=1 << 18):
+    """distributedInfo.rank from the trace's head (it precedes traceEvents), else the rank{R} folder."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rt") as f:
+            head = f.read(head_bytes)
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise RanksError(f"{path}: not a readable trace ({type(e).__name__}: {e})") from e
+    found = None
+    at = head.find('"distributedInfo"')
+    if at >= 0:
+        try:
+            info, _ = json.JSONDecoder().raw_decode(head, head.index("{", at))
+            found = int(info["rank"])
+        except (ValueError, KeyError, TypeError):
+            found = None
+    folder = re.fullmatch(r"rank(\d+)", os.path.basename(os.path.dirname(os.path.abspath(path))))
+    if found is not None and folder and int(folder.group(1)) != found:
+        raise RanksError(f"{path}: the trace says rank {found} but lies in folder rank{folder.group(1)}")
+    if found is None and folder:
+        found = int(folder.group(1))
+    if found is None:
+        raise RanksError(f"{path}: no distributedInfo.rank in the trace and no rank{{R}} folder: which rank is it?")
+    return found
+
+
+def find_traces(paths):
+    """{rank: [trace paths]} from trace files and folders (searched recursively)."""
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += [f for f in glob.glob(os.path.join(p, "**", "*"), recursive=True) if f.endswith(TRACE_SUFFIXES)]
+        elif os.path.isfile(p):
+            files.append(p)
+        else:
+            raise RanksError(f"{p}: no such file or folder")
+    by_rank = {}
+    for f in sorted(files):
+        by_rank.setdefault(trace_rank(f), []).append(f)
+    if not by_rank:
+        raise RanksError(f"no PyTorch profiler traces (*.pt.trace.json[.gz]) in {', '.join(paths)}")
+    return by_rank
+
+
+def _is_cpu_comm(name):
+    low = name.lower()
+    return any(k in low for k in CPU_COMM)
+
+
+def timelines(events):
+    """Steps, the scopes, and the communication and compute intervals of one trace."""
+    steps, scopes = [], {n: [] for n in SCOPES}
+    nccl, kernels, cpu_comm, cpu_ops = [], [], {}, {}
+    for ev in events:
+        if ev.get("ph") != "X":
+            continue
+        try:
+            s = float(ev["ts"])
+            e = s + float(ev.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        cat, name, thread = ev.get("cat", ""), ev.get("name", ""), (ev.get("pid"), ev.get("tid"))
+        if cat == "user_annotation":
+            if name.startswith("ProfilerStep#"):
+                steps.append((int(name.split("#", 1)[1]), s, e))
+            elif name in scopes:
+                scopes[name].append([s, e])
+            elif _is_cpu_comm(name):
+                cpu_comm.setdefault(thread, []).append([s, e])
+        elif cat == "kernel":
+            (nccl if NCCL in name.lower() else kernels).append([s, e])
+        elif cat == "cpu_op":
+            (cpu_comm if _is_cpu_comm(name) else cpu_ops).setdefault(thread, []).append([s, e])
+    if nccl:
+        source, comm, compute = "nccl kernels", intervals.union(nccl), intervals.union(kernels)
+    elif cpu_comm:
+        source = "cpu (gloo/c10d operators)"
+        comm = intervals.union([iv for ivs in cpu_comm.values() for iv in ivs])
+        # An operator that encloses a collective (autograd's evaluate_function around DDP's hook, say)
+        # is not compute while the collective runs: per thread, compute is operators less collectives.
+        compute = intervals.union(
+            [
+                iv
+                for thread, ops in cpu_ops.items()
+                for iv in minus(intervals.union(ops), intervals.union(cpu_comm.get(thread, [])))
+            ]
+        )
+    else:
+        source, comm, compute = None, [], []
+    return {
+        "steps": sorted(steps),
+        "scopes": {n: intervals.union(v) for n, v in scopes.items()},
+        "source": source,
+        "comm": comm,
+        "compute": compute,
+    }
+
+
+def step_figures(t, number, a, b, evidence_step, runs_ahead=False):
+    """runs_ahead: steplens summarize found the trace's CPU running ahead of its GPU (GPU comm figures go)."""
+    wall = b - a
+    out = {
+        "step": number,
+        "wall_us": wall,
+        "gpu_idle_us": evidence_step.get("gpu_idle_us"),
+        "input_gap_us": evidence_step.get("input_gap_us"),
+        "scopes_cpu_us": {n: intervals.total(intervals.clip(t["scopes"][n], a, b)) for n in SCOPES},
+    }
+    out["next_batch_cpu_us"] = out["scopes_cpu_us"][NEXT_BATCH]
+    out["comm_null_reason"] = None
+    if t["source"] is None:
+        out.update(comm_us=None, exposed_comm_us=None, work_us=None, scopes_less_wait_us=None, comm_null_reason=NO_COMM)
+        return out
+    if runs_ahead and not t["source"].startswith("cpu"):
+        out.update(
+            comm_us=None,
+            exposed_comm_us=None,
+            work_us=None,
+            comm_null_reason=RUNS_AHEAD,
+            scopes_less_wait_us=dict(out["scopes_cpu_us"]),
+        )  # a GPU wait is no CPU scope time
+        return out
+    comm = intervals.clip(t["comm"], a, b)
+    exposed = minus(comm, t["compute"])
+    out["comm_us"] = intervals.total(comm)
+    out["exposed_comm_us"] = intervals.total(exposed)
+    out["work_us"] = wall - out["exposed_comm_us"]
+    if t["source"].startswith("cpu"):
+        # The CPU waits inside the scope that called the collective: take the wait out of it.
+        out["scopes_less_wait_us"] = {
+            n: out["scopes_cpu_us"][n]
+            - intervals.total(intervals.intersect(intervals.clip(t["scopes"][n], a, b), exposed))
+            for n in SCOPES
+        }
+    else:
+        out["scopes_less_wait_us"] = dict(out["scopes_cpu_us"])
+    return out
+
+
+def rank_figures(paths, rank=None, input_scope=None):
+    """One rank's per-step figures over its traces (cycles are pooled by step number)."""
+    steps, sources, ahead, drawn = {}, set(), [], []
+    for path in paths:
+        if rank is None:
+            rank = trace_rank(path)
+        try:
+            evidence = summarize.summarize_file(path, lanes=True, input_scope=input_scope)
+            t = timelines(reader.load_events(path))
+        except reader.TraceError as e:
+            raise RanksError(str(e)) from e
+        sources.add(t["source"])
+        runs_ahead = bool(evidence.get("cpu_runs_ahead"))
+        if runs_ahead and t["source"] and not t["source"].startswith("cpu"):
+            ahead.append(path)
+        drawn.append(
+            {
+                "rows": picture.lanes_of(evidence),
+                "has_gpu": evidence["has_gpu"],
+                "gpu_slots": evidence.get("idle_basis") == "gpu_timeline",
+            }
+        )
+        by_number = {s["step"]: s for s in evidence["steps"]}
+        for number, a, b in t["steps"]:
+            if number in steps:
+                raise RanksError(f"rank {rank}: ProfilerStep#{number} appears in two traces ({', '.join(paths)})")
+            steps[number] = step_figures(t, number, a, b, by_number.get(number, {}), runs_ahead)
+    if len(sources) > 1:
+        raise RanksError(f"rank {rank}: traces disagree on their communication ({sources})")
+    source = sources.pop() if sources else None
+    reason = NO_COMM if not source else (f"{RUNS_AHEAD} ({len(ahead)} of {len(paths)} traces)" if ahead else None)
+    return {
+        "rank": rank,
+        "traces": list(paths),
+        "comm_source": source,
+        "comm_null_reason": reason,
+        "steps": [steps[k] for k in sorted(steps)],
+        "drawn": drawn,
+    }
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _mean(values):
+    """Mean per step, or None where a step lacks the figure (a CPU trace has no GPU idle)."""
+    values = list(values)
+    return None if not values or None in values else sum(values) / len(values)
+
+
+def _by_rank(per_rank):
+    """The ranks' figures by rank number; two or more ranks, each once."""
+    by_rank = {}
+    for fig in per_rank:
+        if fig["rank"] in by_rank:
+            raise RanksError(f"rank {fig['rank']} appears twice")
+        by_rank[fig["rank"]] = fig
+    if len(by_rank) < 2:
+        raise RanksError(
+            f"{len(by_rank)} rank(s) only: evidence across ranks needs two or more (steplens summarize reads one trace)"
+        )
+    return by_rank
+
+
+def _aligned_steps(ranks, table, common, key):
+    """Per aligned step: every rank's figures, the spread across ranks, and the slowest rank by key."""
+    steps = []
+    for n in common:
+        row = {r: table[r][n] for r in ranks}
+        spread = {
+            k: (max(row[r][k] for r in ranks) - min(row[r][k] for r in ranks))
+            if all(row[r][k] is not None for r in ranks)
+            else None
+            for k in ("wall_us", "work_us", "exposed_comm_us", "next_batch_cpu_us", "gpu_idle_us")
+        }
+        slowest = max(ranks, key=lambda r: row[r][key])
+        steps.append({"step": n, "ranks": {str(r): row[r] for r in ranks}, "spread": spread, "slowest_rank": slowest})
+    return steps
+
+
+RANK_MEANS = ("wall_us", "work_us", "comm_us", "exposed_comm_us", "gpu_idle_us", "input_gap_us", "next_batch_cpu_us")
+
+
+def _rank_means(by_rank, ranks, table, common, scope_key):
+    """Each rank's figures as means per aligned step, its scopes' time among them."""
+    summary = {}
+    for r in ranks:
+        rows = [table[r][n] for n in common]
+        summary[str(r)] = {
+            **{k: _mean(x[k] for x in rows) for k in RANK_MEANS},
+            "scopes_us": {n: _mean(x[scope_key][n] for x in rows) for n in SCOPES},
+            "comm_source": by_rank[r]["comm_source"],
+        }
+    return summary
+
+
+def _slow_stage(table, candidate, others, common, scope_key, named):
+    """The candidate rank's slow stage: the scope that takes longer than on the other ranks in enough steps."""
+    # Per step, the candidate's scope time over the other ranks' median in that step.
+    per_step_excess = {
+        n: [
+            table[candidate][s][scope_key][n] - statistics.median(table[r][s][scope_key][n] for r in others)
+            for s in common
+        ]
+        for n in SCOPES
+    }
+    excess = {n: sum(v) / len(v) for n, v in per_step_excess.items()}
+    stages = {
+        n: {"more_in": sum(x > 0 for x in v), "steps": len(v), "p": sign_test_p(len(v), sum(x > 0 for x in v))}
+        for n, v in per_step_excess.items()
+    }
+    stage, stage_reason = None, None
+    consistent = [n for n in SCOPES if stages[n]["p"] < ALPHA and excess[n] > 0]
+    if not named:
+        stage_reason = "no consistent straggler"
+    elif consistent:
+        stage = max(consistent, key=excess.get)
+    else:
+        stage_reason = (
+            f"no scope of rank {candidate} takes longer than on the other ranks in enough steps "
+            f"(one-sided sign test, p < {ALPHA:g})"
+        )
+    return stage, stage_reason, excess, stages
+
+
+def across(per_rank):
+    """Align the ranks' steps by number, the spread per step, the slowest rank and its slow stage."""
+    # 1) the ranks and the steps they share
+    by_rank = _by_rank(per_rank)
+    numbers = [{s["step"] for s in f["steps"]} for f in by_rank.values()]
+    common = sorted(set.intersection(*numbers))
+    if not common:
+        raise RanksError("the ranks' traces share no ProfilerStep number: they were not profiled on the same steps")
+    missing = {r: sorted(set().union(*numbers) - {s["step"] for s in f["steps"]}) for r, f in by_rank.items()}
+    has_comm = all(f["comm_source"] for f in by_rank.values())
+    ranks = sorted(by_rank)
+    table = {r: {s["step"]: s for s in by_rank[r]["steps"]} for r in ranks}
+    unavailable = {
+        str(r): sorted({table[r][n]["comm_null_reason"] for n in common if table[r][n]["work_us"] is None})
+        for r in ranks
+    }
+    unavailable = {r: "; ".join(v) for r, v in unavailable.items() if v}
+    # 2) the figure that ranks them: work (wall less exposed communication) where every rank has it
+    key = "work_us" if has_comm and not unavailable else "wall_us"
+    steps = _aligned_steps(ranks, table, common, key)
+    scope_key = "scopes_less_wait_us" if has_comm else "scopes_cpu_us"
+    summary = _rank_means(by_rank, ranks, table, common, scope_key)
+    # 3) the straggler, and its slow stage
+    test = straggler_test(ranks, steps, summary, key)
+    candidate = test["candidate"]
+    named = test["p"] < ALPHA
+    others = [r for r in ranks if r != candidate]
+    stage, stage_reason, excess, stages = _slow_stage(table, candidate, others, common, scope_key, named)
+    result = {
+        "ranks": ranks,
+        "steps_aligned": common,
+        "steps_missing": {str(r): m for r, m in missing.items() if m},
+        "comm_source": {str(r): by_rank[r]["comm_source"] for r in ranks},
+        "comm_null_reason": None if has_comm else NO_COMM,
+        "figures_unavailable": {r: f"comm, exposed_comm and work: {why}" for r, why in unavailable.items()},
+        "slowest_by": key,
+        "straggler_test": test,
+        "slowest_rank": candidate if named else None,
+        "straggler_reason": None if named else test["reason"],
+        "slow_stage": stage,
+        "slow_stage_reason": stage_reason,
+        "candidate_rank": candidate,
+        "stage_excess_us": excess,
+        "stage_test": stages,
+        "stage_figure": scope_key,
+        "per_rank": summary,
+        "per_step": steps,
+        "spread_median_us": {k: _median(s["spread"][k] for s in steps) for k in steps[0]["spread"]},
+        "traces": {str(r): by_rank[r]["traces"] for r in ranks},
+    }
+    result["verdict"] = verdict(result)
+    return result
+
+
+def straggler_test(ranks, steps, summary, key):
+    """The exact sign test of "no straggler" over the aligned steps: is one rank the slowest in nearly every step?"""
+    counts = {r: sum(s["slowest_rank"] == r for s in steps) for r in ranks}
+    # The rank slowest in the most steps; between equal counts, the most `key` per step.
+    candidate = max(ranks, key=lambda r: (counts[r], summary[str(r)][key]))
+    n, k, chance = len(steps), counts[candidate], 1 / len(ranks)
+    test = {
+        "candidate": candidate,
+        "steps": n,
+        "slowest_in": k,
+        "chance": chance,
+        "candidates": len(ranks),
+        "p": sign_test_p(n, k, chance, len(ranks)),
+        "smallest_p": sign_test_p(n, n, chance, len(ranks)),
+        "steps_needed": steps_needed(len(ranks), chance),
+        "alpha": ALPHA,
+    }
+    if test["smallest_p"] >= ALPHA:
+        test["reason"] = (
+            f"too few aligned steps for a verdict (n={n}, need {test['steps_needed']} with "
+            f"{len(ranks)} ranks); rank {candidate} was the slowest in {k} of {n}"
+        )
+    elif test["p"] >= ALPHA:
+        test["reason"] = (
+            f"rank {candidate} was the slowest in {k} of {n} aligned steps only (sign test "
+            f"p={test['p']:.2g}, a verdict needs p < {ALPHA:g}): within the step-to-step noise"
+        )
+    else:
+        test["reason"] = None
+    return test
+
+
+def _compared(result):
+    """What the ranks were compared on, in words."""
+    if result["slowest_by"] == "work_us":
+        return "work (wall less exposed communication)"
+    if result["comm_null_reason"]:
+        return "wall time (no communication in the trace)"
+    return "wall time (work unavailable on rank " + ", rank ".join(result["figures_unavailable"]) + f": {RUNS_AHEAD})"
+
+
+def verdict(result):
+    key, what = result["slowest_by"], _compared(result)
+    if result["slowest_rank"] is None:
+        return (
+            f"no consistent straggler by {what}: {result['straggler_reason']}; "
+            "the per-step table shows each step's slowest rank"
+        )
+    slow, test = result["slowest_rank"], result["straggler_test"]
+    s = result["per_rank"][str(slow)]
+    others = statistics.median(result["per_rank"][str(r)][key] for r in result["ranks"] if r != slow)
+    text = (
+        f"slowest rank {slow}: the slowest in {test['slowest_in']} of {test['steps']} aligned steps (sign test "
+        f"p={test['p']:.2g}); {what} {s[key] / 1e3:.1f} ms per step against {others / 1e3:.1f} ms "
+        f"(median) on the other ranks"
+    )
+    if result["slow_stage"]:
+        st = result["slow_stage"]
+        text += (
+            f"; its {st} takes {result['stage_excess_us'][st] / 1e3:.1f} ms "
+            f"more per step than the other ranks' median (more in {result['stage_test'][st]['more_in']} "
+            f"of {test['steps']} steps)"
+        )
+    else:
+        text += f"; {result['slow_stage_reason']}"
+    if key == "work_us":
+        waits = [result["per_rank"][str(r)]["exposed_comm_us"] for r in result["ranks"] if r != slow]
+        text += f"; the other ranks wait {statistics.median(waits) / 1e3:.1f} ms per step in communication"
+    return text
+
+
+def headline(result):
+    """The figures logged as Polyaxon outputs."""
+    slow = result["slowest_rank"]
+    exposed = [result["per_rank"][str(r)]["exposed_comm_us"] for r in result["ranks"]]
+    walls = [result["per_rank"][str(r)]["wall_us"] for r in result["ranks"]]
+    return {
+        "slowest_rank": slow,
+        "straggler_p": result["straggler_test"]["p"],
+        "slow_stage": result["slow_stage"],
+        "slow_stage_excess_ms": (
+            result["stage_excess_us"][result["slow_stage"]] / 1e3 if result["slow_stage"] else None
+        ),
+        "rank_step_wall_spread_ms": result["spread_median_us"]["wall_us"] / 1e3,
+        "rank_work_spread_ms": (
+            result["spread_median_us"]["work_us"] / 1e3 if result["spread_median_us"]["work_us"] is not None else None
+        ),
+        "max_exposed_comm_share": (
+            max(e / w for e, w in zip(exposed, walls)) if None not in exposed and all(walls) else None
+        ),
+        "verdict": result["verdict"],
+    }
+
+
+def _ms(v, fmt="{:.1f}"):
+    return "n/a" if v is None else fmt.format(v / 1e3)
+
+
+def _table(header, rows):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(
+        str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+    )
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def format_text(result):
+    ranks = result["ranks"]
+    cols = [f"rank {r}" for r in ranks]
+    lines = [
+        f"verdict: {result['verdict']}",
+        f"evidence across {len(ranks)} ranks, steps {result['steps_aligned']} aligned by ProfilerStep number",
+        f"communication: {', '.join(f'rank {r}: {s}' for r, s in result['comm_source'].items())}",
+    ]
+    if result["comm_null_reason"]:
+        lines.append(f"communication figures: n/a ({result['comm_null_reason']})")
+    for r, why in result["figures_unavailable"].items():
+        lines.append(f"rank {r}: n/a: {why}")
+    rows = [
+        ("step wall ms", "wall_us"),
+        ("work ms (wall - exposed comm)", "work_us"),
+        ("comm ms", "comm_us"),
+        ("exposed comm ms", "exposed_comm_us"),
+        ("gpu idle ms", "gpu_idle_us"),
+        ("input gap ms", "input_gap_us"),
+        ("cpu input/next_batch ms", "next_batch_cpu_us"),
+    ]
+    table = [["mean per step"] + cols]
+    for label, k in rows:
+        table.append([label] + [_ms(result["per_rank"][str(r)][k]) for r in ranks])
+    for n in SCOPES:
+        table.append(
+            [f"{n} ms ({'less wait' if result['stage_figure'] == 'scopes_less_wait_us' else 'cpu'})"]
+            + [_ms(result["per_rank"][str(r)]["scopes_us"][n]) for r in ranks]
+        )
+    lines.append(_table(table[0], table[1:]))
+    lines.append("")
+    per_step = [
+        ["step", "slowest"]
+        + [f"{c} wall" for c in cols]
+        + [f"{c} exposed comm" for c in cols]
+        + ["wall spread", "work spread"]
+    ]
+    for s in result["per_step"]:
+        per_step.append(
+            [f"#{s['step']}", str(s["slowest_rank"])]
+            + [_ms(s["ranks"][str(r)]["wall_us"]) for r in ranks]
+            + [_ms(s["ranks"][str(r)]["exposed_comm_us"]) for r in ranks]
+            + [_ms(s["spread"]["wall_us"]), _ms(s["spread"]["work_us"])]
+        )
+    lines.append(_table(per_step[0], per_step[1:]))
+    lines.append("")
+    test = result["straggler_test"]
+    lines.append(
+        f"straggler test: rank {test['candidate']} the slowest in {test['slowest_in']} of {test['steps']} "
+        f"aligned steps; p={test['p']:.2g} (exact sign test, chance 1/{test['candidates']} a step, "
+        f"{test['candidates']} candidates; a verdict needs p < {test['alpha']:g}, from "
+        f"{test['steps_needed']} steps on)"
+    )
+    lines.append(
+        f"excess of rank {result['candidate_rank']} over the others' median (ms/step, steps more): "
+        + ", ".join(
+            f"{n} {v / 1e3:+.1f} ({result['stage_test'][n]['more_in']}/{test['steps']})"
+            for n, v in result["stage_excess_us"].items()
+        )
+    )
+    if result["steps_missing"]:
+        lines.append(f"steps missing on some ranks (left out): {result['steps_missing']}")
+    lines.append(f"note: {attribution.CAVEAT}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="steplens ranks", description=__doc__.split("\n")[0])
+    p.add_argument("paths", nargs="+", help="per-rank traces, or folders holding them (e.g. OUTPUTS/traces)")
+    p.add_argument("--json", action="store_true", help="print the evidence as one JSON object")
+    summarize.add_reading_options(p)
+    args = p.parse_args(argv)
+    try:
+        result = across(
+            [rank_figures(paths, rank, args.input_scope) for rank, paths in sorted(find_traces(args.paths).items())]
+        )
+    except RanksError as e:
+        print(f"steplens ranks: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        sys.stdout.write(format_text(result))
+    return 0

@@ -1,0 +1,336 @@
+"""steplens summarize: the evidence of PyTorch profiler traces, and which stage holds the step.
+
+    steplens summarize TRACE                     # per-step table, the window and the verdict
+    steplens summarize A B                       # two traces side by side
+    steplens summarize TRACE --json              # one JSON object per trace
+    steplens summarize TRACE --input-scope NAME  # your own loop's record_function around fetching a batch
+
+Every figure is defined once in docs/EVIDENCE.md."""
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+from steplens.evidence.attribution import (
+    CAVEAT,
+    EPS_US,
+    GRAPHS,
+    NO_GPU,
+    OPEN_SLOT,
+    RUN_AHEAD,
+    TOP_KERNELS,
+    Busy,
+    SliceFinder,
+    attribute,
+    cpu_lane,
+    gpu_slots,
+    idle_figures,
+    input_source,
+    kernel_classes,
+    work_figures,
+)
+from steplens.evidence.diagnosis import verdict
+from steplens.evidence.formatting import format_table
+from steplens.scopes import SCOPES
+from steplens.trace.intervals import intersect, total, union
+from steplens.trace.nesting import crossing_slices
+from steplens.trace.reader import TraceError, iter_events
+from steplens.trace.timeline import bucket, extract
+
+
+class _Reading:
+    """What every stage of summarize_events reads: the trace's timeline, its attribution and its scopes."""
+
+    def __init__(self, t, input_scope):
+        self.t = t
+        (self.by_step, self.runtime_by_step, self.before, self.outside, self.by_clock, self.launch_time) = attribute(t)
+        self.scopes = {n: union(t.scopes.get(n, [])) for n in SCOPES}
+        self.present = {n for n in SCOPES if t.scopes.get(n)}
+        self.source, self.inputs = input_source(t, input_scope)
+        # the input is drawn beside the scopes when it is not one of them
+        self.drawn_input = None if self.source["kind"] == "scope" else self.inputs
+        self.busy = Busy(t.gpu, self.launch_time)
+        self.busy.compute = union([[ev[1], ev[2]] for i, ev in enumerate(t.gpu) if i not in t.comm]) if t.comm else None
+        self.kernels = union([[s, e] for k, s, e, _, _, _ in t.gpu if k == "kernel"])
+        self.walls = [b - a for _, a, b in t.steps]
+        self.window_cpu = [[a, b] for _, a, b in t.steps]
+        self.basis = None
+
+    def cpu_figs(self, span):
+        """CPU time of the span and of each scope in it; a scope absent from the trace is null, never 0."""
+        return {
+            "wall_us": sum(b - a for a, b in span),
+            "scopes_cpu_us": {n: total(intersect(self.scopes[n], span)) if n in self.present else None for n in SCOPES},
+            "input_cpu_us": total(intersect(self.inputs, span)) if self.inputs is not None else None,
+        }
+
+    def views(self, cpu_span, gpu_span, lanes=False):
+        """Idle figures read on the CPU's steps and on the GPU's own timeline."""
+        cpu = idle_figures(self.busy, cpu_span, self.scopes, self.inputs, lanes)
+        gpu = idle_figures(self.busy, gpu_span, self.scopes, self.inputs, lanes) if gpu_span else None
+        return {"cpu_steps": cpu, "gpu_timeline": gpu}
+
+    def fill(self, out, v, reason):
+        """Copy the chosen view's figures (idle_basis) into a step's or the window's figures."""
+        chosen = v[self.basis]
+        out["idle"] = v
+        for key, src in (
+            ("gpu_busy_us", "busy_us"),
+            ("gpu_idle_us", "idle_us"),
+            ("gpu_idle_share", "idle_share"),
+            ("host_wait_us", "host_wait_us"),
+            ("input_gap_us", "input_gap_us"),
+            ("input_gap_share", "input_gap_share"),
+            ("waits_by_scope_us", "waits_by_scope_us"),
+            ("gpu_comm_only_us", "comm_only_us"),
+        ):
+            out[key] = chosen[src] if chosen else None
+        out["pace_us"] = chosen["span_us"] if chosen else None
+        out["gpu_null_reason"] = None if chosen else reason
+        if out["launch_cpu_us"] is not None:
+            out["launch_to_busy"] = (out["launch_cpu_us"] / out["gpu_busy_us"]) if out.get("gpu_busy_us") else None
+
+
+def trace_header(r, name):
+    """The figures of the trace as a whole: its input source, its scopes and what Perfetto would drop."""
+    crossing = crossing_slices(r.t.threads)
+    return {
+        "trace": name,
+        "has_gpu": bool(r.t.gpu),
+        "notes": [],
+        "caveat": CAVEAT,
+        "input_source": r.source,
+        "scopes_present": [n for n in SCOPES if n in r.present],
+        "crossing_slices": {
+            "count": sum(crossing.values()),
+            "by_thread": {f"{p}/{tid}": n for (p, tid), n in crossing.items()},
+            "note": "slices that cross another on the same thread; Perfetto v57.1 "
+            "or later shows them, older versions drop them",
+        },
+        "perfetto_drops": {
+            "count": len(r.t.complete.dropped()),
+            "note": "complete events Perfetto's JSON importer before v57.1 drops (they cross "
+            "another on their pid/tid track); profile mode repairs its traces "
+            "to 0 (docs/PERFETTO.md)",
+        },
+    }
+
+
+def cpu_only_evidence(r, evidence, lanes):
+    """A CPU-only trace: the scopes' CPU time per step; every GPU figure null with its reason."""
+    t = r.t
+    nulls = dict(gpu_idle_share=None, input_gap_share=None, gpu_work_us=None, gpu_span_us=None, gpu_null_reason=NO_GPU)
+    per_step = [{"step": num, **r.cpu_figs([[a, b]]), "pace_us": b - a, **nulls} for num, a, b in t.steps]
+    if lanes:
+        for step, (_, a, b) in zip(per_step, t.steps):
+            step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(r.scopes, a, b, r.drawn_input), "gpu": None}
+    window = {
+        **r.cpu_figs(r.window_cpu),
+        "pace_us": sum(r.walls),
+        **nulls,
+        "steps": len(t.steps),
+        "median_step_us": statistics.median(r.walls),
+    }
+    evidence.update(
+        gpu_idle_share=None,
+        input_gap_share=None,
+        cpu_runs_ahead=False,
+        idle_basis=None,
+        gpu_null_reason=NO_GPU,
+        window=window,
+        steps=per_step,
+        launched_before_trace=None,
+        launched_outside_steps=None,
+        attributed_by_clock=0,
+    )
+    evidence["verdict"] = verdict(evidence)
+    return evidence
+
+
+def gpu_annotations(t):
+    """Each step's gpu_user_annotation time per scope, matched to the CPU scope that launched it."""
+    annotations = defaultdict(float)
+    in_step = SliceFinder([(a, b, n) for n, a, b in t.steps])
+    for ann_name, s, e, ext in t.annotations:
+        scope = t.scope_ids.get(ext)
+        if scope and scope[0] == ann_name:
+            num = in_step(scope[1])
+            if num is not None:
+                annotations[(num, ann_name)] += e - s
+    return annotations
+
+
+def step_evidence(r, num, a, b, slots, slot_reason, annotations, lanes):
+    """One step's figures: its CPU scopes, the GPU work it launched, its GPU slot and idle time."""
+    t = r.t
+    mine = r.by_step.get(num, [])
+    step = {"step": num, **r.cpu_figs([[a, b]]), **work_figures(mine, r.runtime_by_step.get(num, []), r.kernels)}
+    step["kernel_classes"] = kernel_classes(t, [ev for ev, _ in mine])
+    slot = slots.get(num)
+    step["gpu_span_us"] = (slot[1] - slot[0]) if slot else None
+    step["gpu_lag_us"] = max(0.0, max(ev[2] for ev, _ in mine) - b) if mine else 0.0
+    step["gpu_annotation_us"] = {sc: annotations[(num, sc)] for sc in SCOPES if (num, sc) in annotations}
+    reason = (OPEN_SLOT if num in slots else slot_reason) if slot is None else None
+    if slot and step["gpu_work_us"] > step["gpu_span_us"] + EPS_US:  # the invariant: work fits in its slot
+        reason = (
+            f"the GPU work this step launched ({step['gpu_work_us']:.1f} us) exceeds its GPU span "
+            f"({step['gpu_span_us']:.1f} us): steps' GPU work overlaps, the per-step GPU span is undefined"
+        )
+        slot, step["gpu_span_us"] = None, None
+    step["gpu_span_null_reason"] = None if slot else (reason or "this step launched no GPU work")
+    v = r.views([[a, b]], [slot] if slot else [], lanes)
+    if lanes:
+        step["lanes"] = {
+            "cpu_start": a,
+            "cpu": cpu_lane(r.scopes, a, b, r.drawn_input),
+            "gpu": v[r.basis]["segments"] if v[r.basis] else None,
+        }
+        for view in v.values():
+            if view:
+                view.pop("segments")
+    r.fill(step, v, step["gpu_span_null_reason"])
+    return step
+
+
+def window_evidence(r, all_mine, window_work, window_span, lag, slots, slot_reason):
+    """The window's figures: the whole capture's GPU work, span and idle time, and its complete GPU slots."""
+    t = r.t
+    window = {
+        **r.cpu_figs(r.window_cpu),
+        **window_work,
+        "gpu_lag_us": lag,
+        "gpu_span_us": total(window_span) if window_span else None,
+    }
+    window["kernel_classes"] = kernel_classes(t, [ev for ev, _ in all_mine], top=TOP_KERNELS)
+    window["gpu_span_null_reason"] = None if window_span else "no GPU work was launched inside the window"
+    if window_span and window["gpu_work_us"] > window["gpu_span_us"] + EPS_US:  # cannot happen unless a bug
+        window["gpu_span_null_reason"] = (
+            f"GPU work launched in the window ({window['gpu_work_us']:.1f} us) exceeds its GPU span "
+            f"({window['gpu_span_us']:.1f} us): attribution is inconsistent"
+        )
+        window["gpu_span_us"] = None
+    r.fill(
+        window,
+        r.views(r.window_cpu, [[a, b] for a, b in window_span] if window["gpu_span_us"] else []),
+        window["gpu_span_null_reason"],
+    )
+    complete = [num for num, slot in slots.items() if slot]
+    window["gpu_slots"] = len(complete)
+    window["gpu_slots_span_us"] = sum(slots[num][1] - slots[num][0] for num in complete)
+    window["gpu_slots_work_us"] = total(union([[ev[1], ev[2]] for num in complete for ev, _ in r.by_step[num]]))
+    window["gpu_span_per_step_us"] = window["gpu_slots_span_us"] / len(complete) if complete else None
+    window["gpu_span_per_step_null_reason"] = None if complete else (slot_reason or OPEN_SLOT)
+    if complete and window["gpu_slots_work_us"] > window["gpu_slots_span_us"] + EPS_US:
+        window["gpu_span_per_step_us"] = None
+        window["gpu_span_per_step_null_reason"] = (
+            f"the GPU work of the steps with a complete GPU slot ({window['gpu_slots_work_us']:.1f} us) exceeds "
+            f"their slots ({window['gpu_slots_span_us']:.1f} us): steps' GPU work overlaps"
+        )
+    window.update(steps=len(t.steps), median_step_us=statistics.median(r.walls))
+    return window
+
+
+def trace_notes(r, runs_ahead, window_work, pre, out):
+    """The notes that qualify the figures: the CPU running ahead, graph replays, work charged to no step."""
+    notes = []
+    if runs_ahead:
+        notes.append(RUN_AHEAD)
+    if window_work["graph_launches"]:
+        notes.append(GRAPHS)
+    if pre["events"]:
+        notes.append(
+            f"launched before the trace: {pre['kernels']} kernels and {pre['events'] - pre['kernels']} other GPU "
+            f"events ({pre['gpu_work_us'] / 1e3:.2f} ms of GPU time) whose launch call is not in the trace: "
+            "charged to no step (Kineto also drops such work that started before the trace began)"
+        )
+    if out["events"]:
+        notes.append(
+            f"launched between the steps: {out['kernels']} kernels, "
+            f"{out['gpu_work_us'] / 1e3:.2f} ms of GPU time, charged to no step"
+        )
+    return notes
+
+
+def summarize_events(events, name="trace", lanes=False, input_scope=None):
+    """The evidence of one trace (docs/EVIDENCE.md defines every figure). lanes: each step also carries its
+    lanes for a picture ({"cpu": [[scope, start, end]], "gpu": [[kind, start, end]] or None}, trace µs).
+    input_scope: the name of the reader's own record_function around fetching a batch (see input_source).
+    """
+    # 1) read the timeline and attribute each GPU event to the step that launched it
+    t = extract(events)
+    if not t.steps:
+        raise TraceError(f"{name}: no ProfilerStep#N slices: was it written by torch.profiler with a schedule?")
+    r = _Reading(t, input_scope)
+    evidence = trace_header(r, name)
+    if not t.gpu:
+        return cpu_only_evidence(r, evidence, lanes)
+    # 2) does the CPU run ahead of the GPU? then idle time is read on the GPU's timeline, else on the CPU's steps
+    slots, slot_reason = gpu_slots(t.steps, r.by_step)
+    all_mine = [m for num, _, _ in t.steps for m in r.by_step.get(num, [])]
+    window_work = work_figures(
+        all_mine, [x for num, _, _ in t.steps for x in r.runtime_by_step.get(num, [])], r.kernels
+    )
+    cpu_end = max(b for _, _, b in t.steps)
+    last_gpu_end = max((ev[2] for ev, _ in all_mine), default=None)
+    lag = max(0.0, last_gpu_end - cpu_end) if last_gpu_end is not None else 0.0
+    runs_ahead = lag > statistics.median(r.walls) or window_work["gpu_work_us"] > sum(r.walls)
+    r.basis = "gpu_timeline" if runs_ahead else "cpu_steps"
+    # 3) each step, then the window
+    annotations = gpu_annotations(t)
+    per_step = [step_evidence(r, num, a, b, slots, slot_reason, annotations, lanes) for num, a, b in t.steps]
+    window_span = [[min(ev[1] for ev, _ in all_mine), last_gpu_end]] if all_mine else []
+    window = window_evidence(r, all_mine, window_work, window_span, lag, slots, slot_reason)
+    # 4) what the figures leave out, and the verdict
+    pre, out = bucket(r.before), bucket(r.outside)
+    evidence["notes"] += trace_notes(r, runs_ahead, window_work, pre, out)
+    evidence.update(
+        gpu_idle_share=window["gpu_idle_share"],
+        input_gap_share=window["input_gap_share"],
+        cpu_runs_ahead=runs_ahead,
+        idle_basis=r.basis,
+        gpu_null_reason=window["gpu_null_reason"],
+        window=window,
+        steps=per_step,
+        launched_before_trace=pre,
+        launched_outside_steps=out,
+        attributed_by_clock=r.by_clock,
+    )
+    evidence["verdict"] = verdict(evidence)
+    return evidence
+
+
+def summarize_file(path, lanes=False, input_scope=None):
+    return summarize_events(iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
+
+
+def add_reading_options(p: argparse.ArgumentParser) -> None:
+    """The options of every subcommand that reads a trace (summarize, picture, ranks): the same names, the same help."""
+    p.add_argument(
+        "--input-scope",
+        default=None,
+        metavar="NAME",
+        help="the record_function name your loop puts around fetching a batch, read as the input "
+        "stage (default: input/next_batch if the trace has it, else the DataLoader's own "
+        "enumerate(DataLoader)#... annotation)",
+    )
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="steplens summarize", description=__doc__.split("\n")[0])
+    p.add_argument("traces", nargs="+", help="PyTorch profiler Chrome traces (.json or .json.gz)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per trace, one per line")
+    add_reading_options(p)
+    args = p.parse_args(argv)
+    try:
+        evidences = [summarize_file(t, input_scope=args.input_scope) for t in args.traces]
+    except TraceError as e:
+        print(f"steplens summarize: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        for ev in evidences:
+            print(json.dumps(ev, sort_keys=True))
+    else:
+        sys.stdout.write(format_table(evidences))
+    return 0

@@ -1,0 +1,60 @@
+"""Interval algebra on [start, end) lists: union, total, intersection, clipping, complement, difference."""
+
+
+def union(intervals):
+    """Sorted, merged [start, end) pairs."""
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([s, e])
+    return out
+
+
+def total(merged):
+    return sum(e - s for s, e in merged)
+
+
+def intersect(a, b):
+    """Intersection of two merged interval lists (two pointers)."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if s < e:
+            out.append([s, e])
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def clip(merged, start, end):
+    return intersect(merged, [[start, end]])
+
+
+def complement(merged, start, end):
+    out, cur = [], start
+    for s, e in clip(merged, start, end):
+        if s > cur:
+            out.append([cur, s])
+        cur = max(cur, e)
+    if cur < end:
+        out.append([cur, end])
+    return out
+
+
+def minus(a, b):
+    """The parts of merged intervals a outside merged intervals b."""
+    out = []
+    for s, e in a:
+        cur = s
+        for bs, be in clip(b, s, e):
+            if bs > cur:
+                out.append([cur, bs])
+            cur = max(cur, be)
+        if cur < e:
+            out.append([cur, e])
+    return out

@@ -1,0 +1,351 @@
+"""Perfetto's nesting rule for complete events: which slices its JSON importer drops, and a repair that leaves none.
+
+Perfetto's JSON importer before v57.1 drops a complete event that starts inside another on its (pid, tid) track
+and outlasts it. PyTorch traces cross that rule in two ways: with_stack=True scopes that start and end inside
+Python slices, and overlapping kernels on one stream (Hopper). repair() clips the first and moves the second to a
+sibling track. The rule as Perfetto's source states it, and the checks against a real UI: docs/PERFETTO.md."""
+
+import gzip
+import heapq
+import json
+from array import array
+from collections import defaultdict
+
+GPU_TRACK_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+PYTHON_CAT = "python_function"
+OVERLAP_ARG = "overlap_track_of"  # on a moved GPU event: the tid of the stream track it belongs to
+SIBLING_TID_STEP = 1_000_000  # a sibling track's tid: the stream's tid + lane x this (checked to be free)
+
+
+try:  # the fastest JSON codec at hand: a workers=0 full trace is about 54 MB of JSON
+    import orjson
+except ImportError:
+    orjson = None
+
+
+class NestingError(Exception):
+    pass
+
+
+def to_ns(value):
+    """A JSON timestamp or duration in µs, as Perfetto's tokenizer turns it into integer nanoseconds."""
+    if isinstance(value, int):
+        return value * 1000
+    v = float(value)
+    if v.is_integer():
+        return int(v) * 1000
+    r = v * 1000.0
+    if r >= 0:
+        n = int(r)  # llround: halves away from zero
+        return n + 1 if r - n >= 0.5 else n
+    return -to_ns(-v)
+
+
+def complete_event(ev):
+    """(track, ts_ns, dur_ns) of a complete event the importer places on a thread track, else None."""
+    if not isinstance(ev, dict) or ev.get("ph") != "X" or "dur" not in ev:
+        return None
+    try:
+        ts, dur = to_ns(ev["ts"]), to_ns(ev["dur"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if ts < 0 or dur < 0:  # the importer rejects these for other reasons
+        return None
+    return (ev.get("pid"), ev.get("tid")), ts, dur
+
+
+def complete_events(events):
+    """(index, track, ts_ns, dur_ns) of each complete event the importer places on a thread track."""
+    for i, ev in enumerate(events):
+        found = complete_event(ev)
+        if found:
+            yield (i, *found)
+
+
+def by_start_then_longest(starts, ends, max_runs=64):
+    """Indices ordered by start, the longest first among equal starts (an enclosing slice before its child).
+
+    A trace lists a thread's slices almost in order (a few sorted runs): merging the runs holds one
+    index per run, where sorting would hold a key per slice, several times the slices' own memory on
+    a big trace. Many runs: sorted by the start alone, then equal-start runs by end.
+    """
+    key = lambda i: (starts[i], -ends[i])
+    n = len(starts)
+    runs, a = [], 0
+    for i in range(1, n):
+        if starts[i] < starts[i - 1] or (starts[i] == starts[i - 1] and ends[i] > ends[i - 1]):
+            runs.append(range(a, i))
+            a = i
+            if len(runs) > max_runs:
+                break
+    else:
+        runs.append(range(a, n))
+        return heapq.merge(*runs, key=key) if len(runs) > 1 else iter(range(n))
+    order = sorted(range(n), key=starts.__getitem__)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and starts[order[j]] == starts[order[i]]:
+            j += 1
+        if j - i > 1:
+            order[i:j] = sorted(order[i:j], key=lambda k: -ends[k])
+        i = j
+    return order
+
+
+def accepts(stack, ts, dur):
+    """The slice tracker's rule (MaybeCloseStack): pops what has closed; False if the new slice must be dropped.
+
+    stack: [(end, dur)] of the open slices, outermost first; changed in place as the importer changes it.
+    """
+    i = len(stack) - 1
+    while i >= 0:
+        end, d = stack[i]
+        if end < ts or (end == ts and not (d == 0 and dur == 0)):
+            stack.pop()  # the importer pops the top of the stack here, whichever level it looked at
+            i -= 1
+            continue
+        if ts < end < ts + dur:
+            return False
+        if end > ts:  # the new slice nests here; the slices below end no earlier: none of them pops or crosses
+            return True
+        i -= 1
+    return True
+
+
+class Tracks:
+    """Complete events gathered one at a time (a list or a stream), per (pid, tid) track, as compact arrays."""
+
+    def __init__(self):
+        self.tracks = defaultdict(lambda: (array("q"), array("q"), array("q")))  # index, ts, end (ns)
+
+    def add(self, index, track, ts, dur):
+        idx, starts, ends = self.tracks[track]
+        idx.append(index)
+        starts.append(ts)
+        ends.append(ts + dur)
+
+    def add_event(self, index, ev):
+        found = complete_event(ev)
+        if found:
+            self.add(index, *found)
+
+    def in_importer_order(self):
+        """Per track: [(index, ts, dur)] as the importer sorts them (ts; the longer first; the file's order)."""
+        for track, (idx, starts, ends) in self.tracks.items():
+            yield track, [(idx[k], starts[k], ends[k] - starts[k]) for k in by_start_then_longest(starts, ends)]
+
+    def dropped(self):
+        """Indices of the complete events the importer (before v57.1) would drop, in file order."""
+        out = []
+        for _, slices in self.in_importer_order():
+            stack = []
+            for i, ts, dur in slices:
+                if accepts(stack, ts, dur):
+                    stack.append((ts + dur, dur))
+                else:
+                    out.append(i)
+        return sorted(out)
+
+
+def gather(events):
+    tracks = Tracks()
+    for i, track, ts, dur in complete_events(events):
+        tracks.add(i, track, ts, dur)
+    return tracks
+
+
+def dropped(events):
+    """Indices of the complete events Perfetto's importer (before v57.1) would drop, in file order."""
+    return gather(events).dropped()
+
+
+def violations(events):
+    """How many complete events Perfetto's importer (before v57.1) would drop."""
+    return len(dropped(events))
+
+
+def _us(ns):
+    return ns / 1000.0  # exact enough: llround(ns / 1000 * 1000) gives ns back for any trace duration
+
+
+def _clip_cpu_track(events, slices, counts):
+    """Clip Python slices that cross another slice of their track, in the importer's order (see repair)."""
+    stack = []  # [end, dur, index] of the open slices
+    for i, ts, dur in slices:
+        while True:
+            while stack and (stack[-1][0] < ts or (stack[-1][0] == ts and not (stack[-1][1] == 0 and dur == 0))):
+                stack.pop()
+            if not stack or ts + dur <= stack[-1][0]:
+                stack.append([ts + dur, dur, i])
+                break
+            top_end, _, j = stack[-1]
+            if events[i].get("cat") == PYTHON_CAT:  # the new Python slice ends where the open slice ends
+                new = top_end - ts
+                _note_clip(counts, dur - new)
+                events[i]["dur"] = _us(new)
+                dur = new
+            elif events[j].get("cat") == PYTHON_CAT:  # the open Python slice ends where the new slice starts
+                top_ts = top_end - stack[-1][1]
+                _note_clip(counts, top_end - ts)
+                events[j]["dur"] = _us(ts - top_ts)
+                stack.pop()
+            else:  # two slices of other kinds cross: left as they are, and repair() refuses the trace
+                break
+
+
+def _note_clip(counts, ns):
+    counts["clipped"] += 1
+    counts["clipped_max_us"] = max(counts["clipped_max_us"], round(ns / 1000.0, 3))
+
+
+def _lanes_for_gpu_track(slices):
+    """Each event's lane: 0 on the stream's own track; else the first sibling where it nests (Perfetto v57.1's
+    overflow tracks: a slice goes to the first lane where it nests in the innermost open slice or follows them)."""
+    lanes, where = [[]], {}
+    for i, ts, dur in slices:
+        for n, stack in enumerate(lanes):
+            if accepts(stack, ts, dur):
+                break
+        else:
+            lanes.append([])
+            n, stack = len(lanes) - 1, lanes[-1]
+        stack.append((ts + dur, dur))
+        where[i] = n
+    return where
+
+
+def repair_file(path):
+    """Repair a Chrome trace file (.json or .json.gz) in place: read, repair, write back in the same format.
+
+    Meant for a file no reader sees yet (profile mode repairs its temp file before renaming it). Returns
+    repair()'s counts.
+    """
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    doc = _loads(data)
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise NestingError(f"{path}: no traceEvents list: not a Chrome trace")
+    _, counts = repair(events)
+    data = orjson.dumps(doc) if orjson else json.dumps(doc, separators=(",", ":")).encode()
+    if path.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=6)  # zlib's default level: most of level 9's size, in half the time
+    with open(path, "wb") as f:
+        f.write(data)
+    return counts
+
+
+def _loads(data):
+    if orjson:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:  # e.g. an integer beyond 64 bits, which orjson refuses and json reads
+            pass
+    return json.loads(data)
+
+
+def repair(events):
+    """Events that every Perfetto version imports whole, and what was changed: {clipped, clipped_max_us, moved}.
+
+    (a) A Python slice (cat python_function) that crosses a slice of another kind on its thread is clipped
+        to that slice's boundary; the other slice (a scope, an operator) keeps its times. Two Python slices
+        that cross: the later one is clipped.
+    (b) An event on a GPU stream's track that partially overlaps an earlier one moves, with its ts and dur
+        unchanged, to a sibling track of that stream (a new tid named "stream S (overlapping)"); its args
+        carry overlap_track_of = the stream's tid. Flow ends bound to it move with it.
+    The list is changed in place and returned; every event is kept. counts also carries violations_before
+    (what the importer would have dropped). Raises NestingError if anything would still be dropped.
+    """
+    events = events if isinstance(events, list) else list(events)
+    counts = {"clipped": 0, "clipped_max_us": 0.0, "moved": 0}
+    tracks = Tracks()
+    gpu_tracks = set()
+    for i, track, ts, dur in complete_events(events):
+        tracks.add(i, track, ts, dur)
+        if events[i].get("cat") in GPU_TRACK_CATS:
+            gpu_tracks.add(track)
+    counts["violations_before"] = len(tracks.dropped())
+    used = defaultdict(set)
+    for ev in events:
+        if isinstance(ev, dict):
+            used[ev.get("pid")].add(ev.get("tid"))
+    names = {
+        (ev.get("pid"), ev.get("tid")): ev
+        for ev in events
+        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "thread_name"
+    }
+    moved_at, added = {}, []
+    for track, slices in tracks.in_importer_order():
+        if track not in gpu_tracks:
+            _clip_cpu_track(events, slices, counts)
+            continue
+        pid, tid = track
+        siblings = {}
+        for i, lane in _lanes_for_gpu_track(slices).items():
+            if not lane:
+                continue
+            if lane not in siblings:
+                siblings[lane] = _sibling(pid, tid, lane, used, names, added)
+            ev = events[i]
+            ev["tid"] = siblings[lane]
+            ev["args"] = {**(ev.get("args") or {}), OVERLAP_ARG: tid}
+            moved_at[(pid, tid, ev["ts"])] = siblings[lane]
+            counts["moved"] += 1
+    for ev in events:  # a flow's end binds to the slice at its (pid, tid, ts): it follows a moved event
+        if isinstance(ev, dict) and ev.get("ph") in ("s", "f", "t"):
+            sib = moved_at.get((ev.get("pid"), ev.get("tid"), ev.get("ts")))
+            if sib is not None:
+                ev["tid"] = sib
+    events.extend(added)
+    left = violations(events)
+    if left:
+        raise NestingError(
+            f"{left} complete events still cross others on their track after the repair: "
+            "they are neither Python slices nor GPU events, so nothing here may move them"
+        )
+    return events, counts
+
+
+def _sibling(pid, tid, lane, used, names, added):
+    """A free tid for lane `lane` of stream track (pid, tid), with a thread_name event naming it for its stream."""
+    step = SIBLING_TID_STEP if isinstance(tid, int) else f" (overlapping {lane})"
+    sib = tid + lane * step if isinstance(tid, int) else f"{tid}{step}"
+    while sib in used[pid]:
+        sib += step
+    used[pid].add(sib)
+    own = names.get((pid, tid))
+    own_name = (own.get("args") or {}).get("name") if own else None
+    stream = own_name.strip() if isinstance(own_name, str) and own_name.strip() else f"stream {tid}"
+    label = f"{stream} (overlapping)" if lane == 1 else f"{stream} (overlapping {lane})"
+    meta = {"name": "thread_name", "ph": "M", "pid": pid, "tid": sib, "args": {"name": label}}
+    if own and "ts" in own:
+        meta["ts"] = own["ts"]
+    added.append(meta)
+    if isinstance(tid, int):  # beside its stream where the viewer sorts threads by this index
+        added.append({**meta, "name": "thread_sort_index", "args": {"sort_index": tid}})
+    return sib
+
+
+def crossing_slices(slices_by_thread):
+    """Per thread, slices that start inside another slice and end after it (they cross).
+
+    slices_by_thread: {thread: (starts, ends)} as two parallel sequences.
+    Perfetto before v57.1 dropped such slices on import; with_stack=True makes them common.
+    """
+    counts = {}
+    for thread, (starts, ends) in slices_by_thread.items():
+        stack, n = [], 0
+        for i in by_start_then_longest(starts, ends):
+            s, e = starts[i], ends[i]
+            # 1 ns of slack both ways: exported timestamps are rounded to ns, and near 5e12 µs a double's
+            # step is about 1 ns, so a slice that ends where the next starts may sum to just past it.
+            while stack and stack[-1] <= s + 1e-3:
+                stack.pop()
+            if stack and e > stack[-1] + 1e-3:
+                n += 1
+            stack.append(e)  # a crossing slice can itself be crossed by a later one
+        if n:
+            counts[thread] = n
+    return counts

@@ -1,0 +1,133 @@
+"""A trace's timeline: the steps, scopes, GPU events and launch calls that the evidence is made of."""
+
+from array import array
+from collections import defaultdict
+
+from steplens.scopes import SCOPES
+from steplens.trace import nesting
+from steplens.trace.intervals import total, union
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+CPU_SLICE_CATS = ("user_annotation", "cpu_op", "python_function", "cuda_runtime", "cuda_driver")
+
+
+LAUNCH_CALLS = {
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaLaunchCooperativeKernel",
+    "cudaGraphLaunch",
+    "cuGraphLaunch",
+}
+
+
+GRAPH_LAUNCH_CALLS = {"cudaGraphLaunch", "cuGraphLaunch"}
+
+
+SYNC_CALLS = {
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+}
+
+
+class Trace:
+    """What the figures need from a trace, as compact tuples.
+
+    steps: (num, start, end); scopes: {scope: [[start, end], ...]}; scope_ids: {External id: (scope, start)};
+    gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset;
+    runtime: (name, start, end, correlation); annotations: (name, start, end, External id) on GPU tracks;
+    threads: {(pid, tid): (starts, ends)} of CPU slices, as arrays of doubles;
+    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.Tracks).
+    """
+
+    def __init__(self):
+        self.steps, self.scopes, self.scope_ids = [], defaultdict(list), {}
+        self.loader, self.named = [], defaultdict(list)  # DataLoader annotations; every other user annotation
+        self.gpu, self.runtime, self.annotations = [], [], []
+        self.gpu_names = {}  # each gpu tuple: its event's name (kernel classes, steplens/trace/kernels.py)
+        self.comm = set()  # indices into gpu of the communication kernels (NCCL): GPU time, but no compute
+        self.threads = defaultdict(lambda: (array("d"), array("d")))
+        self.complete = nesting.Tracks()
+
+
+def extract(events):
+    """One pass over the events (a list or a stream), keeping only compact tuples."""
+    t = Trace()
+    names = {}  # one string object per distinct name
+    scopes = set(SCOPES)
+    for index, ev in enumerate(events):
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        t.complete.add_event(index, ev)
+        cat = ev.get("cat", "")
+        try:
+            s = float(ev["ts"])
+            e = s + float(ev.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if cat in CPU_SLICE_CATS:
+            starts, ends = t.threads[(ev.get("pid"), ev.get("tid"))]
+            starts.append(s)
+            ends.append(e)
+            if cat == "python_function" or cat == "cpu_op":
+                continue
+        name = ev.get("name", "")
+        args = ev.get("args") or {}
+        if cat == "user_annotation":
+            if name.startswith("ProfilerStep#"):
+                try:
+                    t.steps.append((int(name.split("#", 1)[1]), s, e))
+                except ValueError:
+                    pass
+            elif name in scopes:
+                t.scopes[name].append([s, e])
+                if args.get("External id") is not None:
+                    t.scope_ids[args["External id"]] = (name, s)
+            elif name.startswith(LOADER_PREFIX):
+                t.loader.append([s, e])
+            else:
+                t.named[names.setdefault(name, name)].append([s, e])
+        elif cat in GPU_CATS:
+            if cat == "kernel":
+                kind = "kernel"
+            elif cat == "gpu_memset":
+                kind = "memset"
+            else:
+                kind = "h2d" if "HtoD" in name else "memcpy"
+            stream = args.get("stream", args.get(nesting.OVERLAP_ARG))  # a sibling track's event: its own stream
+            t.gpu.append((kind, s, e, stream, args.get("correlation"), args.get("bytes", 0) or 0))
+            t.gpu_names[t.gpu[-1]] = names.setdefault(name, name)
+            if kind == "kernel" and "nccl" in name.lower():
+                t.comm.add(len(t.gpu) - 1)
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            t.runtime.append((names.setdefault(name, name), s, e, args.get("correlation")))
+        elif cat == "gpu_user_annotation":
+            t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
+    t.steps.sort()
+    return t
+
+
+def bucket(events):
+    """A line's worth about GPU events charged to no step (launched before the trace, or between steps)."""
+    if not events:
+        return {"events": 0, "kernels": 0, "gpu_work_us": 0.0, "first_us": None, "last_us": None}
+    return {
+        "events": len(events),
+        "kernels": sum(ev[0] == "kernel" for ev in events),
+        "gpu_work_us": total(union([[s, e] for _, s, e, _, _, _ in events])),
+        "first_us": min(ev[1] for ev in events),
+        "last_us": max(ev[2] for ev in events),
+    }
+
+
+LOADER_PREFIX = "enumerate(DataLoader)#"  # the DataLoader's own annotation of each __next__, in every trace

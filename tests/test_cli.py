@@ -1,0 +1,96 @@
+"""The steplens command: its subcommands, the options every trace reader shares, and an install without torch."""
+
+import os
+import subprocess
+import sys
+import venv
+
+import pytest
+from conftest import ROOT
+
+from steplens import cli, viewer
+
+TRACE_READERS = ("summarize", "picture", "ranks")
+
+
+def stored_h200_trace():
+    runs = os.path.join(ROOT, "results", "h200-warmup", "offline", "runs")
+    found = sorted(os.path.join(d, f) for d, _, fs in os.walk(runs) for f in fs if f.endswith(".pt.trace.json.gz"))
+    assert found, "no stored H200 trace under results/h200-warmup"
+    return found[0]
+
+
+def steplens(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, "-m", "steplens", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def test_help_lists_every_subcommand_and_an_unknown_one_is_refused_in_one_line():
+    shown = steplens("--help")
+    assert shown.returncode == 0 and all(name in shown.stdout for name in cli.COMMANDS), shown.stdout
+    bad = steplens("summarise", "x.json")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown subcommand 'summarise'" in bad.stderr
+
+
+@pytest.mark.parametrize("name", TRACE_READERS)
+def test_every_subcommand_that_reads_a_trace_takes_the_same_reading_options(name):
+    """--input-scope means the same thing wherever a trace is read (the step picture's legend names it too)."""
+    out = steplens(name, "--help")
+    assert out.returncode == 0, out.stderr
+    assert "--input-scope NAME" in out.stdout and "enumerate(DataLoader)" in " ".join(out.stdout.split()), out.stdout
+
+
+def test_picture_reads_the_input_scope_it_is_given(tmp_path):
+    """steplens picture --input-scope: a name the trace does not hold is drawn as no input, not refused."""
+    out = tmp_path / "p.png"
+    done = steplens("picture", stored_h200_trace(), "--out", str(out), "--input-scope", "my/fetch")
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_viewer_starts_offline_on_localhost_and_refuses_a_folder_without_runs(tmp_path):
+    """The UI loads its scripts from public CDNs unless POLYAXON_UI_OFFLINE=true: the viewer always sets it."""
+    env = viewer.viewer_env({"PATH": "/bin"})
+    assert env["POLYAXON_UI_OFFLINE"] == "true" and env["PATH"] == "/bin"
+    cmd = viewer.viewer_command("haupt", str(tmp_path), 8123)
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--path") + 1] == str(tmp_path)
+    refused = steplens("viewer", "--path", str(tmp_path))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "no runs/ folder" in refused.stderr
+
+
+def test_pip_install_gives_a_command_that_reads_a_stored_h200_trace_without_torch(tmp_path):
+    """A fresh virtual environment, `pip install .[pictures]` from this checkout (no torch, no Polyaxon): the
+    console command gives the verdict and the kernel classes of a stored H200 trace, and draws its picture."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = str(env_dir / "bin" / "python")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    install = subprocess.run(
+        [py, "-m", "pip", "install", "-q", f"{ROOT}[pictures]"],
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    have = subprocess.run(
+        [py, "-c", "import importlib.util as u; print([m for m in ('torch', 'polyaxon') if u.find_spec(m)])"],
+        capture_output=True,
+        text=True,
+        env=clean,
+    )
+    assert have.stdout.strip() == "[]", f"the toolkit pulled in {have.stdout}"
+    command = str(env_dir / "bin" / "steplens")
+    trace = stored_h200_trace()
+    read = subprocess.run([command, "summarize", trace], capture_output=True, text=True, env=clean, cwd=tmp_path)
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert read.stdout.startswith("verdict: GPU compute holds the step"), read.stdout[:500]
+    assert "convolution forward" in read.stdout and "GPU time by kernel class" in read.stdout
+    png = tmp_path / "steps.png"
+    drawn = subprocess.run(
+        [command, "picture", trace, "--out", str(png)], capture_output=True, text=True, env=clean, cwd=tmp_path
+    )
+    assert drawn.returncode == 0, drawn.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

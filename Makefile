@@ -3,7 +3,7 @@
 # make test    the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1)
 # make lint    ruff: the format check and the linter (line length 120)
 # make viewer  Polyaxon's UI over the local runs, on 127.0.0.1:8001, with its scripts served locally
-# All build .venv from requirements-dev.txt first (about 6 GB: torch's CUDA libraries come with it even on
+# All build .venv from requirements-dev.txt first (6.2 GB: torch brings its CUDA libraries even on
 # a CPU-only machine); it is rebuilt when that file changes.
 PYTHON ?= python3
 VENV := .venv

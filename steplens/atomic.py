@@ -2,9 +2,10 @@
 
 import json
 import os
+from typing import Any
 
 
-def recorded_file(path, base):
+def recorded_file(path: str, base: str | None) -> str | None:
     """A file an offline run recorded, found under the run's own folder base when the run was recorded on
     another machine (its path ends in /outputs/...); relative when under the current folder; None if absent."""
     if base and not os.path.exists(path) and "/outputs/" in path:
@@ -15,7 +16,7 @@ def recorded_file(path, base):
     return path if rel.startswith("..") else rel
 
 
-def write_atomic(path, data, replace=True):
+def write_atomic(path: str, data: bytes | str, replace: bool = True) -> str:
     """Write bytes or text to path through a temp file and a rename: never a half-written file.
     replace=False: a file already at path is kept (a hard link, which fails where one exists)."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -46,5 +47,5 @@ def write_atomic(path, data, replace=True):
     return path
 
 
-def write_json_atomic(path, obj):
+def write_json_atomic(path: str, obj: Any) -> str:
     return write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -3,7 +3,7 @@
 import os
 
 
-def is_managed():
+def is_managed() -> bool:
     return bool(os.environ.get("POLYAXON_RUN_INSTANCE")) or os.environ.get("POLYAXON_IS_MANAGED", "").lower() in (
         "1",
         "true",
@@ -11,7 +11,7 @@ def is_managed():
     )
 
 
-def managed_identity():
+def managed_identity() -> dict[str, str]:
     """owner, project and run uuid from POLYAXON_RUN_INSTANCE (owner.project.runs.uuid), passed explicitly
     so that no client cache on the machine can point tracking at another run."""
     parts = os.environ.get("POLYAXON_RUN_INSTANCE", "").split(".")

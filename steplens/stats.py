@@ -3,11 +3,12 @@
 Why a sign test on alternating pairs: docs/COMPARE.md#statistics."""
 
 import math
+from typing import Any
 
 ALPHA = 0.05
 
 
-def sign_test_p(n, k, chance=0.5, candidates=1):
+def sign_test_p(n: int, k: int, chance: float = 0.5, candidates: int = 1) -> float:
     """Exact sign test: candidates x P(X >= k) for X ~ Binomial(n, chance), at most 1.
 
     One candidate: the one-sided test of a side fixed beforehand. Several: the side (or rank) was picked
@@ -16,7 +17,7 @@ def sign_test_p(n, k, chance=0.5, candidates=1):
     return min(1.0, candidates * tail)
 
 
-def steps_needed(candidates, chance, alpha=ALPHA):
+def steps_needed(candidates: int, chance: float, alpha: float = ALPHA) -> int:
     """The fewest trials with which p < alpha is reachable at all (every trial on the candidate's side)."""
     n = 0
     while sign_test_p(n, n, chance, candidates) >= alpha:
@@ -24,12 +25,12 @@ def steps_needed(candidates, chance, alpha=ALPHA):
     return n
 
 
-def smallest_p(n):
+def smallest_p(n: int) -> float:
     """The smallest two-sided p the exact sign test (or the exact paired permutation test) can give with n pairs."""
     return sign_test_p(n, n, candidates=2)
 
 
-def pairs_needed(alpha=ALPHA):
+def pairs_needed(alpha: float = ALPHA) -> int:
     """The fewest pairs with which p < alpha is reachable at all."""
     n = 0
     while smallest_p(n) >= alpha:
@@ -37,7 +38,7 @@ def pairs_needed(alpha=ALPHA):
     return n
 
 
-def sign_test(ratios):
+def sign_test(ratios: list[float]) -> dict[str, Any]:
     """Exact two-sided sign test of "no difference" on paired ratios B/A; ties (exactly 1) are dropped."""
     untied = [r for r in ratios if r != 1]
     n, above = len(untied), sum(r > 1 for r in untied)
@@ -53,7 +54,7 @@ def sign_test(ratios):
     }
 
 
-def significance(test, alpha=ALPHA):
+def significance(test: dict[str, Any], alpha: float = ALPHA) -> str:
     if test["smallest_p"] >= alpha:
         untied = f", {test['untied']} untied" if test["untied"] != test["pairs"] else ""
         return f"too few repeats for a verdict (n={test['pairs']} pairs{untied}, need {test['needed']})"
@@ -83,7 +84,7 @@ T975 = {
 }
 
 
-def t975(df):
+def t975(df: float | None) -> float:
     """The t quantile for a 95% interval; 1.96 when df is unknown or above 120."""
     if df is None or df > max(T975):
         return 1.96

@@ -5,11 +5,13 @@ The definitions: docs/EVIDENCE.md#how-gpu-work-is-attributed and docs/EVIDENCE.m
 import bisect
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from steplens.scopes import NEXT_BATCH, SCOPES
 from steplens.trace import kernels
 from steplens.trace.intervals import complement, intersect, total, union
-from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, LOADER_PREFIX, SYNC_CALLS
+from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, LOADER_PREFIX, SYNC_CALLS, Trace
 
 SMALL_KERNEL_US = 10.0
 
@@ -60,7 +62,7 @@ GRAPHS = (
 class SliceFinder:
     """Which of a set of disjoint [start, end) slices holds a time (steps, or the four scopes of the main thread)."""
 
-    def __init__(self, slices):  # slices: (start, end, label)
+    def __init__(self, slices: Iterable[tuple[float, float, Any]]):  # slices: (start, end, label)
         self.slices = sorted(slices)
         self.starts = [s for s, _, _ in self.slices]
 
@@ -71,7 +73,11 @@ class SliceFinder:
         return None
 
 
-def attribute(t):
+def attribute(
+    t: Trace,
+) -> tuple[
+    dict[int, list[tuple[tuple, str]]], dict[int, list[tuple]], list[tuple], list[tuple], int, Callable[[tuple], float]
+]:
     """Each GPU event to the step (and scope) that launched it; the leftovers to their own buckets.
 
     Returns ({step: [(event, scope)]}, {step: [runtime calls]}, before_trace_events, outside_step_events,
@@ -117,7 +123,7 @@ def attribute(t):
 class Busy:
     """The GPU's merged busy intervals, each with the launch time of the event that opens it."""
 
-    def __init__(self, gpu, launch_time):
+    def __init__(self, gpu: Iterable[tuple], launch_time: Callable[[tuple], float]):
         self.merged, self.opened_by = [], []
         self.compute = None  # the merged intervals of all but communication kernels, where the trace has those
         for ev in sorted(gpu, key=lambda ev: ev[1]):
@@ -130,7 +136,7 @@ class Busy:
                 self.opened_by.append(launch_time(ev))
         self.starts = [s for s, _ in self.merged]
 
-    def host_wait(self, idle):
+    def host_wait(self, idle: Iterable[Sequence[float]]) -> list[list[float]]:
         """The idle intervals during which the GPU waited for the host, whole, as HTA counts them: the work
         that ends the interval was launched after the interval began (its launch latency included). After the
         last GPU event: all of it. An interval ended by work launched before it began is GPU-side (queued)."""
@@ -143,7 +149,13 @@ class Busy:
         return out
 
 
-def idle_figures(busy, span, scopes, inputs, lanes=False):
+def idle_figures(
+    busy: Busy,
+    span: list[list[float]],
+    scopes: dict[str, list[list[float]]],
+    inputs: list[list[float]] | None,
+    lanes: bool = False,
+) -> dict[str, Any] | None:
     """busy, idle, input gap over span (a merged list of [start, end)); scopes: {scope: merged slices};
     inputs: the merged slices of the input source (input_source), or None when the trace has none.
 
@@ -190,7 +202,7 @@ def idle_figures(busy, span, scopes, inputs, lanes=False):
     return out
 
 
-def input_source(t, input_scope=None):
+def input_source(t: Trace, input_scope: str | None = None) -> tuple[dict[str, Any], list[list[float]] | None]:
     """Where the step waits for input: --input-scope when given, else the input/next_batch scope, else the
     DataLoader's own annotation. Returns ({"name", "kind", "null_reason"}, merged slices or None)."""
     if input_scope:
@@ -217,7 +229,7 @@ def input_source(t, input_scope=None):
     return {"name": None, "kind": None, "null_reason": NO_INPUT}, None
 
 
-def work_figures(mine, runtime, kernels_all):
+def work_figures(mine: list[tuple[tuple, str]], runtime: list[tuple], kernels_all: list[list[float]]) -> dict[str, Any]:
     """Counts and GPU time of a set of (event, scope) the same launch made: kernels, copies, launches, syncs."""
     events = [ev for ev, _ in mine]
     kernels = [e - s for k, s, e, _, _, _ in events if k == "kernel"]
@@ -252,7 +264,7 @@ def work_figures(mine, runtime, kernels_all):
 TOP_KERNELS = 8  # the window's kernels by summed duration, shown with their class
 
 
-def kernel_classes(t, events, top=0):
+def kernel_classes(t: Trace, events: Iterable[tuple], top: int = 0) -> dict[str, Any]:
     """The GPU time of events (gpu tuples) by kernel class (kernels.breakdown). Its busy_us is the union of
     the events' intervals, as gpu_work_us counts it: the classes' times sum to the step's GPU work."""
     return kernels.breakdown(
@@ -261,7 +273,9 @@ def kernel_classes(t, events, top=0):
     )
 
 
-def gpu_slots(steps, by_step):
+def gpu_slots(
+    steps: list[tuple[int, float, float]], by_step: dict[int, list[tuple[tuple, str]]]
+) -> tuple[dict[int, list[float] | None], str | None]:
     """Each step's slot of the GPU timeline: [its first GPU start, the next step's first GPU start).
 
     Returns {step: [start, end] or None}, and the reason when the slots are undefined. The last step
@@ -277,7 +291,9 @@ def gpu_slots(steps, by_step):
     return slots, None
 
 
-def cpu_lane(scopes, a, b, inputs=None):
+def cpu_lane(
+    scopes: dict[str, list[list[float]]], a: float, b: float, inputs: list[list[float]] | None = None
+) -> list[list[Any]]:
     """The four scopes' slices inside one step [a, b), as [scope, start, end], sorted; inputs: an input
     source that is not one of them (the DataLoader's annotation, --input-scope), drawn as "input"."""
     lane = [[n, s, e] for n in SCOPES for s, e in intersect(scopes[n], [[a, b]])]
@@ -285,7 +301,7 @@ def cpu_lane(scopes, a, b, inputs=None):
     return sorted(lane, key=lambda x: x[1])
 
 
-def pooled_classes(windows, steps):
+def pooled_classes(windows: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     """The windows' GPU time by kernel class, pooled: {"kernel_classes": {class: {"ms_per_step", "share"}},
     "gpu_top_classes": the three largest in words}; both null on a CPU-only trace. Shares are of the GPU work
     launched in the windows (the union of its intervals), so they sum to 1."""

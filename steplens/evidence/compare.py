@@ -13,12 +13,13 @@ import math
 import os
 import sys
 import textwrap
+from typing import Any
 
 from steplens.evidence.comparison import LOSS_FLOOR, LOSS_TOLERANCE, LOSS_WORSE, NO_FLOPS, compare_records
 from steplens.evidence.runs import CompareError, gather_offline, gather_polyaxon
 
 
-def fmt_loss(loss):
+def fmt_loss(loss: dict[str, Any] | None) -> str:
     """The final-loss cell: '-' for runs without a loss, the median, and the mark when it is worse."""
     if loss is None:
         return "-"
@@ -26,23 +27,23 @@ def fmt_loss(loss):
     return f"{shown} ({LOSS_WORSE})" if loss["worse_than_baseline"] else shown
 
 
-def fmt_opt(v, fmt):
+def fmt_opt(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else fmt.format(v)
 
 
-def fmt_rate(v):
+def fmt_rate(v: float) -> str:
     return f"{v / 1000:.2f}k" if v >= 1000 else f"{v:.1f}"
 
 
-def fmt_share(v):
+def fmt_share(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 
 
-def fmt_p(p):
+def fmt_p(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
-def kernel_class_lines(groups):
+def kernel_class_lines(groups: list[dict[str, Any]]) -> str:
     """What the GPU does in the GPU-bound groups (a --cuda-graph bench, or a profile verdict of GPU compute):
     the three largest kernel classes and their shares of the GPU work, from the matching profile run."""
     bound = [g for g in groups if g.get("gpu_bound") or g["evidence"].get("verdict_stage") == "GPU compute"]
@@ -205,7 +206,7 @@ def _evidence_section(out, table, links_from):
             )
 
 
-def markdown_table(table, links_from=None):
+def markdown_table(table: dict[str, Any], links_from: str | None = None) -> str:
     """One machine's comparison as Markdown: rates and the sign test, FLOPs, GPU-bound share, ranks, evidence."""
     out = io.StringIO()
     _rates_section(out, table)
@@ -216,7 +217,7 @@ def markdown_table(table, links_from=None):
     return out.getvalue()
 
 
-def markdown(result, links_from=None):
+def markdown(result: dict[str, Any], links_from: str | None = None) -> str:
     """The tables as Markdown; links_from: the folder the file will lie in, which links are relative to
     (default: the current folder)."""
     out = io.StringIO()
@@ -275,14 +276,14 @@ CSV_COLUMNS = [
 ]
 
 
-def loss_cells(loss):
+def loss_cells(loss: dict[str, Any] | None) -> tuple[float | str, bool | str]:
     """The CSV's final_loss and loss_worse_than_baseline: empty for runs without a loss."""
     if loss is None:
         return "", ""
     return ("diverged" if loss["final"] is None else loss["final"]), loss["worse_than_baseline"]
 
 
-def csv_text(result):
+def csv_text(result: dict[str, Any]) -> str:
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(CSV_COLUMNS)
@@ -325,14 +326,14 @@ def csv_text(result):
     return out.getvalue()
 
 
-def json_text(result):
+def json_text(result: dict[str, Any]) -> str:
     tables = [
         {**t, "groups": [{k: v for k, v in g.items() if k != "key"} for g in t["groups"]]} for t in result["tables"]
     ]
     return json.dumps({**result, "tables": tables}, indent=2, sort_keys=True, default=str) + "\n"
 
 
-def plot(result, path):
+def plot(result: dict[str, Any], path: str) -> str:
     """Each run's rate as a point in run order, coloured by group, with each group's median; one panel per machine."""
     import matplotlib
 
@@ -362,7 +363,7 @@ def plot(result, path):
     return path
 
 
-def matplotlib_missing():
+def matplotlib_missing() -> bool:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -370,7 +371,7 @@ def matplotlib_missing():
     return False
 
 
-def write_outputs(result, out_dir):
+def write_outputs(result: dict[str, Any], out_dir: str) -> tuple[dict[str, str], str | None]:
     """comparison.md, .csv, .json and .png, all or none: each is written to a temp file first and the
     temp files are renamed only once every one of them is complete. Without matplotlib there is no
     picture, and an older comparison.png is removed (it would not match the new tables).
@@ -416,7 +417,7 @@ def write_outputs(result, out_dir):
     return {kind: final for kind, (_, final) in staged.items()}, note
 
 
-def log_to_polyaxon(paths):
+def log_to_polyaxon(paths: dict[str, str]) -> None:
     """Inside a Polyaxon run: the picture as an image, the tables as artifacts."""
     from polyaxon import tracking
 
@@ -430,7 +431,7 @@ def log_to_polyaxon(paths):
     tracking.end()
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens compare", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--offline", metavar="PATH", help="a folder of offline runs (POLYAXON_OFFLINE_ROOT)")

@@ -3,6 +3,7 @@
 import json
 import math
 import statistics
+from typing import Any
 
 from steplens.evidence.runs import MACHINE, MACHINE_IDS, CompareError
 from steplens.stats import ALPHA, pairs_needed, sign_test, significance
@@ -31,7 +32,7 @@ NO_FLOPS = "these runs predate train.py's FLOP count (no model_tflops_per_sec ou
 LOSS_WORSE = "loss worse than baseline"
 
 
-def describe(rates):
+def describe(rates: list[float]) -> dict[str, Any]:
     median = statistics.median(rates)
     return {
         "n": len(rates),
@@ -42,7 +43,9 @@ def describe(rates):
     }
 
 
-def pair_runs(base_runs, runs):
+def pair_runs(
+    base_runs: list[dict[str, Any]], runs: list[dict[str, Any]]
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], str]:
     """[(baseline run, run)]: each run with the baseline run beside it in the alternating order, and how.
 
     Same repeat index where every run of both groups has one, each index once per group (and some
@@ -80,14 +83,14 @@ def pair_runs(base_runs, runs):
 OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
 
 
-def setting(r, k):
+def setting(r: dict[str, Any], k: str) -> Any:
     """A setting's value for grouping: switched off (False, "off", 0 where it means off, or absent in older
     runs) is one value."""
     v = r["settings"].get(k)
     return None if v is False or v == "off" or (k in OFF_AT_ZERO and v == 0) else v
 
 
-def baseline_groups(baseline, groups):
+def baseline_groups(baseline: str, groups: list[list[dict[str, Any]]]) -> list[int]:
     """The groups (lists of runs) whose every run has each setting of baseline ("k=v, k2=v2"): a label names
     only the settings that vary, so "batch_size=128" still finds its group when runs varying in another
     setting join and the label grows. A value "off" matches a switched-off option, and so does 0 for a
@@ -100,23 +103,23 @@ def baseline_groups(baseline, groups):
     return [i for i, runs in enumerate(groups) if all(shown(setting(r, k)) == v for r in runs for k, v in wanted)]
 
 
-def label(key):
+def label(key: tuple[tuple[str, Any], ...]) -> str:
     """The group's settings; switched-off options are left out of the name."""
     shown = [f"{k}={v}" for k, v in key if v is not None]  # 0 is shown
     return ", ".join(shown) or ("defaults" if key else "all runs")
 
 
-def machine_key(r):
+def machine_key(r: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(r["machine"].get(k) for k in MACHINE)
 
 
-def short_id(value):
+def short_id(value: str | None) -> str:
     """The first 8 characters of an id ("GPU-" left off), or "not recorded" (runs recorded before the ids, or
     a machine without one)."""
     return "not recorded" if value is None else str(value).removeprefix("GPU-")[:8]
 
 
-def machine_label(key):
+def machine_label(key: tuple[Any, ...]) -> str:
     m = dict(zip(MACHINE, key))
     if all(v is None for v in key):
         return "unknown machine (runs without recorded facts)"
@@ -128,7 +131,7 @@ def machine_label(key):
     return f"host {m['host']} ({ids}): {m['gpu']}{driver}, torch {m['torch']}, CUDA {m['cuda']}, {cpus}"
 
 
-def mixed_machines(bench):
+def mixed_machines(bench: list[dict[str, Any]]) -> str:
     """One line naming each machine fact that differs between runs, with its values."""
     parts = []
     for i, k in enumerate(MACHINE):
@@ -143,7 +146,7 @@ def mixed_machines(bench):
     return "; ".join(parts)
 
 
-def left_out_reason(r):
+def left_out_reason(r: dict[str, Any]) -> str | None:
     if not r["logged_inputs"]:
         why = f"never logged its inputs (status {r['status']}"
         return why + (f": {r['error']})" if r["error"] else ")")
@@ -158,7 +161,13 @@ def left_out_reason(r):
     return None
 
 
-def compare_records(records, baseline=None, per_host=False, loss_tolerance=LOSS_TOLERANCE, loss_floor=LOSS_FLOOR):
+def compare_records(
+    records: list[dict[str, Any]],
+    baseline: str | None = None,
+    per_host: bool = False,
+    loss_tolerance: float = LOSS_TOLERANCE,
+    loss_floor: float = LOSS_FLOOR,
+) -> dict[str, Any]:
     """Split, group, describe, pair and test; pure, so it is tested on fabricated records.
 
     baseline: a group label such as "workers=4" to compare against (default: the first group), or settings
@@ -214,11 +223,18 @@ def compare_records(records, baseline=None, per_host=False, loss_tolerance=LOSS_
     }
 
 
-def order_key(key):
+def order_key(key: tuple[tuple[str, Any], ...]) -> list[str]:
     return [json.dumps(v) if not isinstance(v, (int, float)) or isinstance(v, bool) else f"{v:020.6f}" for _, v in key]
 
 
-def compare_machine(machine, bench, varying, baseline, records, several):
+def compare_machine(
+    machine: tuple[Any, ...],
+    bench: list[dict[str, Any]],
+    varying: list[str],
+    baseline: str | None,
+    records: list[dict[str, Any]],
+    several: bool,
+) -> dict[str, Any]:
     groups = {}
     for r in sorted(bench, key=lambda r: r["created_at"]):
         groups.setdefault(tuple((k, setting(r, k)) for k in varying), []).append(r)
@@ -289,7 +305,7 @@ def compare_machine(machine, bench, varying, baseline, records, several):
     }
 
 
-def gpu_bound(runs):
+def gpu_bound(runs: list[dict[str, Any]]) -> dict[str, float] | None:
     """Where every run measured its step's GPU time (train.py --cuda-graph): the window's rate over the
     rate that GPU time allows. Near 1: GPU-bound; not a measure of how close the GPU is to its peak."""
     shares = [r["outputs"].get("gpu_bound_share") for r in runs]
@@ -305,7 +321,7 @@ def gpu_bound(runs):
     }
 
 
-def final_loss(runs):
+def final_loss(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The group's final loss: the median of its runs' loss_final, a diverged run (loss_diverged_step)
     counting as worse than any; None where a run carries neither (runs from before the loss was logged)."""
     finals = [
@@ -322,7 +338,7 @@ def final_loss(runs):
     }
 
 
-def flag_losses(rows, tolerance, floor):
+def flag_losses(rows: list[dict[str, Any]], tolerance: float, floor: float) -> None:
     """Mark each group whose final loss exceeds the baseline's (rows[0]) by more than the tolerance."""
     base = rows[0]["loss"]
     if base is None or base["final"] is None:
@@ -338,7 +354,7 @@ def flag_losses(rows, tolerance, floor):
             row["loss"].update(limit=limit, tolerance=tolerance, floor=floor)
 
 
-def rank_spread(runs):
+def rank_spread(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """DDP runs: the spread of the ranks' own rates ((max - min) / median within each run), over the group's runs."""
     spreads = [r["outputs"].get("rank_rate_spread") for r in runs]
     if any(v is None for v in spreads):
@@ -346,7 +362,7 @@ def rank_spread(runs):
     return {"world_size": runs[0]["settings"]["world_size"], "median": statistics.median(spreads), "max": max(spreads)}
 
 
-def hardware_ceiling(runs):
+def hardware_ceiling(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Model TFLOP/s and MFU where every run counted its FLOPs; else None, said in the tables."""
     tflops = [r["outputs"].get("model_tflops_per_sec") for r in runs]
     if any(v is None for v in tflops):
@@ -376,7 +392,9 @@ def hardware_ceiling(runs):
     return out
 
 
-def matching_evidence(records, settings, machine):
+def matching_evidence(
+    records: list[dict[str, Any]], settings: dict[str, Any], machine: tuple[Any, ...]
+) -> dict[str, Any] | None:
     """Trace evidence of the latest succeeded profile run with the group's settings (all of them, not only
     those that vary between the bench groups: a profile run of another option must not stand in) on
     the same machine."""

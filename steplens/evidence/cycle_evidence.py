@@ -3,6 +3,8 @@
 import os
 import statistics
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 from steplens.atomic import write_atomic, write_json_atomic
 from steplens.evidence import diagnosis, formatting, picture, summarize
@@ -19,7 +21,7 @@ from steplens.scopes import NEXT_BATCH
 from steplens.stats import t975
 
 
-def capture_lines(cycle, capture):
+def capture_lines(cycle: dict[str, Any], capture: dict[str, Any]) -> list[str]:
     """The evidence text's account of the capture, in plain words: the profiler's cost, the pauses before this
     cycle, and which steps the run's headline figures come from (run.json keeps the terms of docs/EVIDENCE.md)."""
     se = capture.get("profiler_distortion_se")
@@ -72,7 +74,7 @@ def capture_lines(cycle, capture):
     return lines
 
 
-def perfetto_line(cycle):
+def perfetto_line(cycle: dict[str, Any]) -> list[str]:
     """The evidence text's line on how the trace was made to nest for Perfetto (docs/PERFETTO.md)."""
     p = cycle.get("perfetto")
     if not p:
@@ -115,12 +117,12 @@ def _ratio(v):
     return "n/a" if v is None else f"{v:.2f}"
 
 
-def refilled_steps(refilled_by):
+def refilled_steps(refilled_by: list[dict[str, Any]]) -> set[int]:
     """The profiler steps a cycle's refilling pauses served."""
     return {i for r in refilled_by for i in r["steps"]}
 
 
-def clean_steps(cycles, evidences):
+def clean_steps(cycles: list[dict[str, Any]], evidences: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
     """When every cycle has steps a refill served: the traced steps none served, with their per-step figures,
     if the cycles read idle time on the CPU's steps (per-step figures then add up to the window's; on the
     GPU's own timeline they do not, and no step is returned)."""
@@ -137,7 +139,7 @@ def clean_steps(cycles, evidences):
     return out
 
 
-def pool_steps(head, steps):
+def pool_steps(head: dict[str, Any], steps: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     """The headline's figures over these (cycle, step) pairs alone, read on the CPU's steps: the profiled step
     and the CPU step are the same there; the GPU span per step over the steps with a complete slot."""
     n = len(steps)
@@ -162,7 +164,9 @@ def pool_steps(head, steps):
     return head
 
 
-def loop_timings(capture, cycles, evidences, pace_s):
+def loop_timings(
+    capture: dict[str, Any], cycles: list[dict[str, Any]], evidences: dict[int, dict[str, Any]], pace_s: float | None
+) -> tuple[list[float | None], dict[int, float], dict[int, float]]:
     """Each loop step's compute time (its time less its wait for input) and the waits of WAITED_AT of a
     batch's time or more ({step: seconds}), from the capture's own measurements where it has them (steps_s,
     inputs_s), else from the traces (a ProfilerStep's wall time less its input/next_batch); a step neither
@@ -194,7 +198,17 @@ def loop_timings(capture, cycles, evidences, pace_s):
     return compute, seen, measured
 
 
-def capture_account(capture, cycles, head, figures, steady, compute_s, seen, chosen, clean):
+def capture_account(
+    capture: dict[str, Any],
+    cycles: list[dict[str, Any]],
+    head: dict[str, Any],
+    figures: dict[str, Any],
+    steady: list[float] | None,
+    compute_s: Sequence[float],
+    seen: dict[int, float],
+    chosen: list[int],
+    clean: bool,
+) -> dict[str, Any]:
     """The capture's account kept beside each cycle's evidence: the unprofiled pace, the distortion, the pauses."""
     unprofiled_ms, ratio, se, df = (
         figures["unprofiled_step_ms"],
@@ -245,7 +259,14 @@ def capture_account(capture, cycles, head, figures, steady, compute_s, seen, cho
     }
 
 
-def write_cycle_files(c, evidence, account, figures, on, first):
+def write_cycle_files(
+    c: dict[str, Any],
+    evidence: dict[str, Any],
+    account: dict[str, Any],
+    figures: dict[str, Any],
+    on: dict[str, Any] | None,
+    first: bool,
+) -> None:
     """One cycle's evidence files (.evidence.json, .evidence.txt) and picture, with its verdict told the capture's
     limits; the cycle's entry in run.json gets their paths."""
     evidence["verdict"] = profiler_caveat(tailor_next(evidence["verdict"], on), [evidence["window"]], figures)
@@ -268,7 +289,7 @@ def write_cycle_files(c, evidence, account, figures, on, first):
     c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
 
 
-def write_evidence(cycles, capture):
+def write_evidence(cycles: list[dict[str, Any]], capture: dict[str, Any]) -> dict[str, Any]:
     """steplens summarize over each cycle's trace, saved beside it with the capture's account; the headline figures.
 
     capture: detail, unprofiled (time_unprofiled's dict), pauses_s, steps_s and inputs_s (each loop step's
@@ -342,7 +363,12 @@ def write_evidence(cycles, capture):
     return head
 
 
-def headline_verdict(head, evidences, picked, on=None):
+def headline_verdict(
+    head: dict[str, Any],
+    evidences: list[dict[str, Any]],
+    picked: list[tuple[int, dict[str, Any]]] | None,
+    on: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """summarize.verdict over the headline's cycles (or steps), told where the capture limits it: no verdict
     where a refill may hide the input waits, and the profiler's slow-down weighed (profiler_caveat)."""
     if head["null_reasons"].get("input_wait"):
@@ -358,7 +384,7 @@ def headline_verdict(head, evidences, picked, on=None):
     return profiler_caveat(tailor_next(diagnosis.verdict(evidences, parts if picked else None), on), parts, head)
 
 
-def profiler_caveat(v, parts, head):
+def profiler_caveat(v: dict[str, Any], parts: list[dict[str, Any]], head: dict[str, Any]) -> dict[str, Any]:
     """The verdict with the profiler's slow-down weighed, where its 95% interval excludes none.
 
     The profiler slows the host side, so the GPU's waits for the host grow in the profiled steps while its
@@ -420,7 +446,7 @@ LEVERS = (
 )
 
 
-def tailor_next(v, on):
+def tailor_next(v: dict[str, Any], on: dict[str, Any] | None) -> dict[str, Any]:
     """GPU compute's next step in this run's terms: the options not yet on, and a larger batch."""
     if v.get("part") != "busy" or on is None:
         return v
@@ -429,7 +455,7 @@ def tailor_next(v, on):
     return {**v, "next": nxt, "sentence": v["sentence"].replace(f"Next: {v['next']}.", f"Next: {nxt}.")}
 
 
-def draw_cycle(c, evidence):
+def draw_cycle(c: dict[str, Any], evidence: dict[str, Any]) -> tuple[str | None, str | None]:
     """The cycle's step picture beside its trace (picture.py); its path, or None and the reason."""
     folder, base = os.path.split(c["trace"].rsplit(".pt.trace.", 1)[0])
     path = os.path.join(folder, base.replace("trace-", "picture-", 1) + ".png")

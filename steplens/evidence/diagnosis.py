@@ -2,11 +2,14 @@
 
 The rule and its thresholds: docs/EVIDENCE.md#the-verdict."""
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from steplens.evidence.attribution import EPS_US, NO_GPU, NO_INPUT, OUTSIDE_SCOPES, pooled_classes
 from steplens.scopes import NEXT_BATCH, SCOPES
 
 
-def headline(evidences):
+def headline(evidences: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
     """The figures logged as Polyaxon outputs, pooled over one or several traces' windows.
 
     profiled_step_ms is the basis span per step (the CPU's step, or the GPU's when the CPU runs
@@ -157,7 +160,7 @@ def _pct(x):
     return f"{100 * x:.0f}%"
 
 
-def sum_known(parts, get):
+def sum_known(parts: Iterable[dict[str, Any]], get: Callable[[dict[str, Any]], float | None]) -> float | None:
     """The parts' total of a figure, or None when any part lacks it."""
     values = [get(p) for p in parts]
     return None if None in values else sum(values)
@@ -229,7 +232,9 @@ def _gpu_sentence(out, shares, part, named):
         )
 
 
-def verdict(evidences, parts=None):
+def verdict(
+    evidences: dict[str, Any] | list[dict[str, Any]], parts: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The stage that holds the step, with its share of the step and the figure that shows it.
 
     evidences: one trace's evidence or several; parts: the figure dicts to pool (default: each trace's

@@ -4,6 +4,8 @@ The method: docs/EVIDENCE.md#the-profilers-cost and docs/EVIDENCE.md#the-profile
 
 import math
 import statistics
+from collections.abc import Sequence
+from typing import Any
 
 from steplens.stats import t975
 
@@ -16,7 +18,13 @@ DISTORTION_NOTE_AT = 1.1
 WAITED_AT = 0.25
 
 
-def queue_waits(pauses_s, compute_s, depth, pace_s, seen_waits=None):
+def queue_waits(
+    pauses_s: Sequence[float],
+    compute_s: Sequence[float],
+    depth: int,
+    pace_s: float,
+    seen_waits: dict[int, float] | None = None,
+) -> list[float]:
     """Per loop step, how long it waits for its batch under a model of the loader.
 
     The loader makes one batch per pace_s while its queue (depth batches) has room, and the queue starts
@@ -42,7 +50,15 @@ def queue_waits(pauses_s, compute_s, depth, pace_s, seen_waits=None):
     return waits
 
 
-def refills(cycles, pauses_s, queue_depth, pace_s, compute_s=None, seen_waits=None, measured_waits=None):
+def refills(
+    cycles: list[dict[str, Any]],
+    pauses_s: Sequence[float],
+    queue_depth: int,
+    pace_s: float | None,
+    compute_s: Sequence[float | None] | None = None,
+    seen_waits: dict[int, float] | None = None,
+    measured_waits: dict[int, float] | None = None,
+) -> dict[int, list[dict[str, Any]]]:
     """Per cycle, the pauses whose refilled batches hid input waits from its active steps.
 
     queue_waits runs twice, with the pauses and without them. A cycle is flagged when, without the pauses,
@@ -107,17 +123,17 @@ def refills(cycles, pauses_s, queue_depth, pace_s, compute_s=None, seen_waits=No
 
 
 def distortion_sentence(
-    ratio,
-    workers,
-    device_input,
-    se=None,
-    detail="full",
-    df=None,
-    refilled=True,
-    spread=None,
-    interval=None,
-    uncertain=None,
-):
+    ratio: float | None,
+    workers: int,
+    device_input: bool,
+    se: float | None = None,
+    detail: str = "full",
+    df: float | None = None,
+    refilled: bool = True,
+    spread: tuple[float, float] | None = None,
+    interval: tuple[float, float] | None = None,
+    uncertain: str | None = None,
+) -> str | None:
     """A plain sentence when the profiler slows the steps enough to hide (or inflate) input waits, when the
     profiled steps ran faster than the unprofiled ones (which the profiler cannot cause), or when the ratio
     is too uncertain to read: 1 lies within its 95% interval (se: its standard error, df: the degrees of
@@ -185,7 +201,9 @@ def distortion_sentence(
     )
 
 
-def unprofiled_pace(unprofiled, cpu_runs_ahead=False):
+def unprofiled_pace(
+    unprofiled: dict[str, Any] | None, cpu_runs_ahead: bool = False
+) -> tuple[float | None, list[float] | None]:
     """The unprofiled step time the ratio divides by, and the per-step times it comes from.
 
     With per-step times: their mean; where the CPU runs ahead of the GPU (the cycles read idle on the GPU's
@@ -202,7 +220,9 @@ def unprofiled_pace(unprofiled, cpu_runs_ahead=False):
     return unprofiled.get("step_ms"), None
 
 
-def ratio_se(ratio, profiled_ms, unprofiled_ms):
+def ratio_se(
+    ratio: float | None, profiled_ms: Sequence[float] | None, unprofiled_ms: Sequence[float] | None
+) -> tuple[float | None, float | None]:
     """One standard error of mean(profiled) / mean(unprofiled) from the spread of each (the delta method, the
     steps taken as independent: an alternating pace counts as spread), and its Welch-Satterthwaite degrees
     of freedom. (None, None) with fewer than 2 of either."""
@@ -217,7 +237,9 @@ def ratio_se(ratio, profiled_ms, unprofiled_ms):
     return ratio * math.sqrt(total), df
 
 
-def pooled_pace(capture, cpu_runs_ahead=False):
+def pooled_pace(
+    capture: dict[str, Any], cpu_runs_ahead: bool = False
+) -> tuple[float | None, list[float] | None, list[tuple[str, float, list[float] | None, int | None]]]:
     """The unprofiled step of the run: the steps before and after the capture pooled (unprofiled_pace on
     each block), their per-step times, and each block as (name, mean ms, per-step ms or None, steps timed).
     A run recorded before the second block was timed, or stopped before it completed a step, has the first
@@ -239,7 +261,11 @@ def pooled_pace(capture, cpu_runs_ahead=False):
     return sum(b[1] * n for b, n in zip(blocks, counts)) / sum(counts), None, blocks
 
 
-def distortion_interval(profiled_ms, profiled_each, blocks):
+def distortion_interval(
+    profiled_ms: float | None,
+    profiled_each: Sequence[float] | None,
+    blocks: list[tuple[str, float, list[float] | None, int | None]],
+) -> dict[str, Any]:
     """Each unprofiled block's figures, their drift, and the distortion's 95% interval, bracketing the capture.
 
     The rule: the interval covers the ratio against either block, each give or take its own sampling

@@ -13,7 +13,14 @@ arithmetic limit; the GPU-bound share (--cuda-graph) says how GPU-bound the step
 In a DDP run the rate is the job's and the peak one GPU's: MFU uses the rate per GPU (global / world size).
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 # Dense peaks (no 2:4 structured sparsity) in TFLOP/s, keyed by torch.cuda.get_device_name(). The vendor
 # datasheets print the Tensor Core figures with sparsity and say dense is one half: those are halved here.
@@ -61,7 +68,9 @@ PEAKS = {
 }
 
 
-def training_flops(build_model, image_shape=(3, 32, 32), batch=2):
+def training_flops(
+    build_model: Callable[[], torch.nn.Module], image_shape: tuple[int, ...] = (3, 32, 32), batch: int = 2
+) -> dict[str, Any]:
     """FLOPs of one forward and one backward per sample, counted on a fresh model on the meta device.
 
     The meta device holds shapes only: building the model there allocates nothing, computes nothing
@@ -123,7 +132,7 @@ def _cudnn_tf32():
         return None, f"unreadable TF32 setting ({e})"
 
 
-def math_precision(amp):
+def math_precision(amp: str) -> tuple[str | None, dict[str, Any], str]:
     """Which peak bounds the step's convolutions (all but about 30 kFLOP of this model's FLOPs per training
     sample: the linear layer's 512 x 10 matmul, about 10 kFLOP forward and twice that backward), and why."""
     tf32, source = _cudnn_tf32()
@@ -145,7 +154,7 @@ def math_precision(amp):
     return "fp32", flags, f"fp32 with TF32 off ({source}): the FP32 (non-Tensor Core) peak"
 
 
-def ceiling(flops_per_sample, samples_per_sec, gpu, precision):
+def ceiling(flops_per_sample: float, samples_per_sec: float, gpu: str, precision: str | None) -> dict[str, Any]:
     """Achieved model TFLOP/s and MFU against the dense peak of the GPU for the precision used.
 
     mfu is None with the reason where no peak applies (a CPU run, a GPU missing from PEAKS), and where
@@ -183,7 +192,9 @@ def ceiling(flops_per_sample, samples_per_sec, gpu, precision):
     return out
 
 
-def add_ceiling(device, results, flops_per_sample, gpu, amp, world_size=1):
+def add_ceiling(
+    device: torch.device, results: dict[str, Any], flops_per_sample: float, gpu: str, amp: str, world_size: int = 1
+) -> None:
     """Model TFLOP/s and MFU of the window, per GPU, against the dense peak for the precision the step used.
 
     In a DDP run samples_per_sec is the job's global rate: one GPU's share is that over world_size.

@@ -1,5 +1,7 @@
 """The evidence as text tables: per step, the window, and the kernel classes."""
 
+from typing import Any
+
 from steplens.evidence.attribution import CAVEAT, NO_GPU
 from steplens.scopes import SCOPES
 from steplens.trace import kernels
@@ -47,7 +49,7 @@ SHARES = {
 }
 
 
-def mean_per_step(window):
+def mean_per_step(window: dict[str, Any]) -> dict[str, Any]:
     """The window's additive figures divided by its step count (shares and medians stay)."""
     n = window["steps"]
     m = dict(window)
@@ -108,7 +110,7 @@ CLASSES_TITLE = (
 )
 
 
-def format_classes(evidences):
+def format_classes(evidences: list[dict[str, Any]]) -> list[str]:
     """The kernel-class table of GPU traces: one trace, a column per step (ms) and the window's count, median and
     share; several, each window's ms per step and share. Then the top kernels and the names no rule knows."""
     shown = [ev for ev in evidences if ev["has_gpu"] and (ev["window"].get("kernel_classes") or {}).get("busy_us")]
@@ -178,7 +180,7 @@ def format_classes(evidences):
     return parts
 
 
-def format_table(evidences):
+def format_table(evidences: list[dict[str, Any]]) -> str:
     """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
     parts = []
     rows_used = ROWS if any(ev["has_gpu"] for ev in evidences) else ROWS[: 2 + len(SCOPES)]

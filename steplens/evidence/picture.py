@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import textwrap
+from typing import Any
 
 from steplens.evidence import summarize
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
@@ -39,7 +40,7 @@ class NoPicture(Exception):
     pass
 
 
-def lanes_of(evidence):
+def lanes_of(evidence: dict[str, Any]) -> list[dict[str, Any]]:
     """Per step, the lanes to draw in milliseconds from each lane's own start, and their lengths.
 
     Returns [{"step", "cpu_ms", "gpu_ms", "cpu": [(scope, start, length)], "gpu": [(kind, start, length)]}];
@@ -62,7 +63,7 @@ def lanes_of(evidence):
     return out
 
 
-def draw(evidence, path, title):
+def draw(evidence: dict[str, Any], path: str, title: str) -> list[dict[str, Any]]:
     """Draw one trace's cycle to path (PNG, written atomically); returns lanes_of(evidence) as drawn.
     Raises NoPicture with the reason when matplotlib is missing."""
     rows = lanes_of(evidence)
@@ -77,7 +78,9 @@ def draw(evidence, path, title):
     return rows
 
 
-def draw_groups(groups, path, title, said, has_gpu, gpu_slots):
+def draw_groups(
+    groups: list[tuple[str, list[dict[str, Any]]]], path: str, title: str, said: str, has_gpu: bool, gpu_slots: bool
+) -> None:
     """Lane pairs for each (label, rows) group, one group per rank in a DDP run, on one time scale.
 
     said: the sentence under the title (the verdict); gpu_slots: the GPU lanes are GPU slots (the CPU runs
@@ -150,7 +153,7 @@ def draw_groups(groups, path, title, said, has_gpu, gpu_slots):
             os.remove(tmp)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens picture", description=__doc__.split("\n")[0])
     p.add_argument("trace", help="a PyTorch profiler Chrome trace (.json or .json.gz)")
     p.add_argument("--out", help="the PNG to write (default: beside the trace, .steps.png)")

@@ -13,6 +13,8 @@ import os
 import re
 import statistics
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 from steplens.evidence import attribution, picture, summarize
 from steplens.scopes import NEXT_BATCH, SCOPES
@@ -42,7 +44,7 @@ class RanksError(Exception):
     pass
 
 
-def trace_rank(path, head_bytes=1 << 18):
+def trace_rank(path: str, head_bytes: int = 1 << 18) -> int:
     """distributedInfo.rank from the trace's head (it precedes traceEvents), else the rank{R} folder."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
@@ -68,7 +70,7 @@ def trace_rank(path, head_bytes=1 << 18):
     return found
 
 
-def find_traces(paths):
+def find_traces(paths: list[str]) -> dict[int, list[str]]:
     """{rank: [trace paths]} from trace files and folders (searched recursively)."""
     files = []
     for p in paths:
@@ -91,7 +93,7 @@ def _is_cpu_comm(name):
     return any(k in low for k in CPU_COMM)
 
 
-def timelines(events):
+def timelines(events: Iterable[dict]) -> dict[str, Any]:
     """Steps, the scopes, and the communication and compute intervals of one trace."""
     steps, scopes = [], {n: [] for n in SCOPES}
     nccl, kernels, cpu_comm, cpu_ops = [], [], {}, {}
@@ -140,7 +142,9 @@ def timelines(events):
     }
 
 
-def step_figures(t, number, a, b, evidence_step, runs_ahead=False):
+def step_figures(
+    t: dict[str, Any], number: int, a: float, b: float, evidence_step: dict[str, Any], runs_ahead: bool = False
+) -> dict[str, Any]:
     """runs_ahead: steplens summarize found the trace's CPU running ahead of its GPU (GPU comm figures go)."""
     wall = b - a
     out = {
@@ -181,7 +185,7 @@ def step_figures(t, number, a, b, evidence_step, runs_ahead=False):
     return out
 
 
-def rank_figures(paths, rank=None, input_scope=None):
+def rank_figures(paths: list[str], rank: int | None = None, input_scope: str | None = None) -> dict[str, Any]:
     """One rank's per-step figures over its traces (cycles are pooled by step number)."""
     steps, sources, ahead, drawn = {}, set(), [], []
     for path in paths:
@@ -308,7 +312,7 @@ def _slow_stage(table, candidate, others, common, scope_key, named):
     return stage, stage_reason, excess, stages
 
 
-def across(per_rank):
+def across(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """Align the ranks' steps by number, the spread per step, the slowest rank and its slow stage."""
     # 1) the ranks and the steps they share
     by_rank = _by_rank(per_rank)
@@ -362,7 +366,9 @@ def across(per_rank):
     return result
 
 
-def straggler_test(ranks, steps, summary, key):
+def straggler_test(
+    ranks: list[int], steps: list[dict[str, Any]], summary: dict[str, dict[str, Any]], key: str
+) -> dict[str, Any]:
     """The exact sign test of "no straggler" over the aligned steps: is one rank the slowest in nearly every step?"""
     counts = {r: sum(s["slowest_rank"] == r for s in steps) for r in ranks}
     # The rank slowest in the most steps; between equal counts, the most `key` per step.
@@ -403,7 +409,7 @@ def _compared(result):
     return "wall time (work unavailable on rank " + ", rank ".join(result["figures_unavailable"]) + f": {RUNS_AHEAD})"
 
 
-def verdict(result):
+def verdict(result: dict[str, Any]) -> str:
     key, what = result["slowest_by"], _compared(result)
     if result["slowest_rank"] is None:
         return (
@@ -433,7 +439,7 @@ def verdict(result):
     return text
 
 
-def headline(result):
+def headline(result: dict[str, Any]) -> dict[str, Any]:
     """The figures logged as Polyaxon outputs."""
     slow = result["slowest_rank"]
     exposed = [result["per_rank"][str(r)]["exposed_comm_us"] for r in result["ranks"]]
@@ -468,7 +474,7 @@ def _table(header, rows):
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def format_text(result):
+def format_text(result: dict[str, Any]) -> str:
     ranks = result["ranks"]
     cols = [f"rank {r}" for r in ranks]
     lines = [
@@ -534,7 +540,7 @@ def format_text(result):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens ranks", description=__doc__.split("\n")[0])
     p.add_argument("paths", nargs="+", help="per-rank traces, or folders holding them (e.g. OUTPUTS/traces)")
     p.add_argument("--json", action="store_true", help="print the evidence as one JSON object")

@@ -18,7 +18,9 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 from steplens.evidence.comparison import OFF_AT_ZERO
 
@@ -64,7 +66,7 @@ class ReportError(Exception):
     pass
 
 
-def read_json(path):
+def read_json(path: str) -> Any:
     try:
         with open(path) as f:
             return json.load(f)
@@ -72,12 +74,12 @@ def read_json(path):
         return None
 
 
-def parse_time(text):
+def parse_time(text: str) -> datetime:
     t = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
-def load_runs(root, uuids=(), since=None):
+def load_runs(root: str, uuids: Sequence[str] = (), since: datetime | None = None) -> list[dict[str, Any]]:
     """The runs under root (those in uuids, or created at or after since), oldest first."""
     runs_dir = os.path.join(root, "runs")
     if not os.path.isdir(runs_dir):
@@ -99,11 +101,11 @@ def load_runs(root, uuids=(), since=None):
     return sorted(runs, key=lambda r: str(r["plx"].get("created_at") or ""))
 
 
-def settings_of(r):
+def settings_of(r: dict[str, Any]) -> dict[str, Any]:
     return (r["run"] or {}).get("settings") or r["plx"].get("inputs") or {}
 
 
-def configuration(settings):
+def configuration(settings: dict[str, Any]) -> str:
     """The run's settings as train.py flags: workers, then every candidate fix that is on."""
     flags = [f"--workers {settings.get('workers', 0)}"] if not settings.get("gpu_input") else []
     for k in sorted(set(settings) - BASE_SETTINGS):
@@ -115,18 +117,18 @@ def configuration(settings):
     return " ".join(flags) or "defaults"
 
 
-def device_of(r):
+def device_of(r: dict[str, Any]) -> str:
     run = r["run"] or {}
     gpu = (run.get("environment") or {}).get("gpu")
     return gpu or run.get("device") or settings_of(r).get("device") or "?"
 
 
-def cpu_only(r):
+def cpu_only(r: dict[str, Any]) -> bool:
     run = r["run"] or {}
     return run.get("device") == "cpu" or (run.get("results") or {}).get("gpu_tracks") is False
 
 
-def figure(r, key, fmt):
+def figure(r: dict[str, Any], key: str, fmt: str) -> str:
     outputs = r["plx"].get("outputs") or {}
     evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
     value = outputs.get(key, evidence.get(key))
@@ -146,19 +148,19 @@ def figure(r, key, fmt):
     return fmt.format(value)
 
 
-def local_path(r, path):
+def local_path(r: dict[str, Any], path: str) -> str:
     """A file the run recorded (runinfo.recorded_file), or its path marked missing."""
     return recorded_file(path, r["base"]) or f"{path} (missing)"
 
 
-def trace_paths(r):
+def trace_paths(r: dict[str, Any]) -> list[str]:
     """The traces of a profile run."""
     return [
         local_path(r, c["trace"]) for c in ((r["run"] or {}).get("results") or {}).get("cycles") or [] if c.get("trace")
     ]
 
 
-def table(header, rows):
+def table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
 
     def line(cells):
@@ -167,12 +169,12 @@ def table(header, rows):
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def rate_of(r):
+def rate_of(r: dict[str, Any]) -> float | None:
     res = r["run"].get("results") or {}
     return (r["plx"].get("outputs") or {}).get("samples_per_sec") or res.get("samples_per_sec")
 
 
-def workers_ratios(bench, profile=()):
+def workers_ratios(bench: list[dict[str, Any]], profile: Sequence[dict[str, Any]] = ()) -> list[str]:
     """The median rate of each workers setting against workers=0's, per configuration and device, as
     sentences: one job per setting is a first look; fewer CPUs than workers + 1 is said where it applies."""
 
@@ -244,18 +246,18 @@ def workers_ratios(bench, profile=()):
     return out
 
 
-def verdict_of(r):
+def verdict_of(r: dict[str, Any]) -> str | None:
     evidence = ((r["run"] or {}).get("results") or {}).get("evidence") or {}
     v = evidence.get("verdict") or {}
     return v.get("sentence") or (r["plx"].get("outputs") or {}).get("verdict")
 
 
-def cycles_of(r):
+def cycles_of(r: dict[str, Any]) -> str:
     chosen = (((r["run"] or {}).get("results") or {}).get("evidence") or {}).get("headline_cycles")
     return f" (cycle{'s' if len(chosen) > 1 else ''} {' and '.join(map(str, chosen))})" if chosen else ""
 
 
-def pictures_of(r):
+def pictures_of(r: dict[str, Any]) -> list[str]:
     return [
         local_path(r, c["picture"])
         for c in ((r["run"] or {}).get("results") or {}).get("cycles") or []
@@ -263,7 +265,7 @@ def pictures_of(r):
     ]
 
 
-def report(runs):
+def report(runs: list[dict[str, Any]]) -> str:
     """The text make run ends with; pure, so it can be tested on fabricated run folders."""
     ok = [r for r in runs if r["plx"].get("status") == "succeeded" and r["run"] is not None]
     bench = [r for r in ok if settings_of(r).get("mode") == "bench"]
@@ -348,7 +350,7 @@ def report(runs):
     return "\n".join(out).rstrip() + "\n"
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens report", description=__doc__.split("\n")[0])
     p.add_argument("root", help="an offline root (POLYAXON_OFFLINE_ROOT), e.g. .polyaxon-offline")
     p.add_argument("uuids", nargs="*", help="the runs to report (default: every run under the root)")

@@ -5,6 +5,7 @@ import os
 import sys
 import tempfile
 from datetime import datetime, timezone
+from typing import Any
 
 from steplens.atomic import recorded_file
 
@@ -16,7 +17,7 @@ class CompareError(Exception):
     pass
 
 
-def moment(value):
+def moment(value: datetime | str | None) -> str:
     """A start time as an ISO string in UTC, so that runs from either source sort in start order."""
     if value in (None, ""):
         return ""
@@ -27,7 +28,7 @@ def moment(value):
     return (d if d.tzinfo else d.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
 
 
-def failure_of(conditions):
+def failure_of(conditions: list[Any] | None) -> str | None:
     """reason: message of the last failed status condition, if any."""
     for c in reversed(conditions or []):
         c = c if isinstance(c, dict) else c.to_dict()
@@ -36,7 +37,17 @@ def failure_of(conditions):
     return None
 
 
-def record_from(uuid, name, created_at, status, inputs, outputs, run_json, conditions=None, base=None):
+def record_from(
+    uuid: str,
+    name: str | None,
+    created_at: datetime | str | None,
+    status: str | None,
+    inputs: dict[str, Any] | None,
+    outputs: dict[str, Any] | None,
+    run_json: dict[str, Any] | None,
+    conditions: list[Any] | None = None,
+    base: str | None = None,
+) -> dict[str, Any]:
     """One run, the same shape whether it came from Polyaxon or from an offline folder.
 
     The machine facts come from the run's outputs (env_*, logged by train.py) where present, else from
@@ -99,7 +110,7 @@ def record_from(uuid, name, created_at, status, inputs, outputs, run_json, condi
     }
 
 
-def gather_offline(root):
+def gather_offline(root: str) -> list[dict[str, Any]]:
     runs_dir = os.path.join(root, "runs")
     if not os.path.isdir(root):
         raise CompareError(
@@ -141,7 +152,7 @@ def gather_offline(root):
     return records
 
 
-def gather_polyaxon(project, query=None, limit=500):
+def gather_polyaxon(project: str, query: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
     """Runs of a Polyaxon project from one listing of their inputs and outputs.
 
     The listing (what RunClient.get_runs_io flattens, without the start times and states that pairing
@@ -183,7 +194,7 @@ MACHINE_IDS = ("machine_id", "boot_id", "gpu_uuid")
 MACHINE = ("host", "gpu", "driver", "torch", "cuda", "cpu_budget") + MACHINE_IDS
 
 
-def world_settings(run_json, outputs):
+def world_settings(run_json: dict[str, Any], outputs: dict[str, Any] | None) -> dict[str, Any]:
     """world_size and nproc_per_node as settings, so that grouping never pools runs of different world sizes
     (a run without them, from before DDP, was one process)."""
     world = run_json.get("distributed") or {}

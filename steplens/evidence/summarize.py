@@ -12,6 +12,8 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 from steplens.evidence.attribution import (
     CAVEAT,
@@ -37,7 +39,7 @@ from steplens.scopes import SCOPES
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.nesting import crossing_slices
 from steplens.trace.reader import TraceError, iter_events
-from steplens.trace.timeline import bucket, extract
+from steplens.trace.timeline import Trace, bucket, extract
 
 
 class _Reading:
@@ -93,7 +95,7 @@ class _Reading:
             out["launch_to_busy"] = (out["launch_cpu_us"] / out["gpu_busy_us"]) if out.get("gpu_busy_us") else None
 
 
-def trace_header(r, name):
+def trace_header(r: _Reading, name: str) -> dict[str, Any]:
     """The figures of the trace as a whole: its input source, its scopes and what Perfetto would drop."""
     crossing = crossing_slices(r.t.threads)
     return {
@@ -118,7 +120,7 @@ def trace_header(r, name):
     }
 
 
-def cpu_only_evidence(r, evidence, lanes):
+def cpu_only_evidence(r: _Reading, evidence: dict[str, Any], lanes: bool) -> dict[str, Any]:
     """A CPU-only trace: the scopes' CPU time per step; every GPU figure null with its reason."""
     t = r.t
     nulls = dict(gpu_idle_share=None, input_gap_share=None, gpu_work_us=None, gpu_span_us=None, gpu_null_reason=NO_GPU)
@@ -149,7 +151,7 @@ def cpu_only_evidence(r, evidence, lanes):
     return evidence
 
 
-def gpu_annotations(t):
+def gpu_annotations(t: Trace) -> dict[tuple[int, str], float]:
     """Each step's gpu_user_annotation time per scope, matched to the CPU scope that launched it."""
     annotations = defaultdict(float)
     in_step = SliceFinder([(a, b, n) for n, a, b in t.steps])
@@ -162,7 +164,16 @@ def gpu_annotations(t):
     return annotations
 
 
-def step_evidence(r, num, a, b, slots, slot_reason, annotations, lanes):
+def step_evidence(
+    r: _Reading,
+    num: int,
+    a: float,
+    b: float,
+    slots: dict[int, list[float] | None],
+    slot_reason: str | None,
+    annotations: dict[tuple[int, str], float],
+    lanes: bool,
+) -> dict[str, Any]:
     """One step's figures: its CPU scopes, the GPU work it launched, its GPU slot and idle time."""
     t = r.t
     mine = r.by_step.get(num, [])
@@ -194,7 +205,15 @@ def step_evidence(r, num, a, b, slots, slot_reason, annotations, lanes):
     return step
 
 
-def window_evidence(r, all_mine, window_work, window_span, lag, slots, slot_reason):
+def window_evidence(
+    r: _Reading,
+    all_mine: list[tuple[tuple, str]],
+    window_work: dict[str, Any],
+    window_span: list[list[float]],
+    lag: float,
+    slots: dict[int, list[float] | None],
+    slot_reason: str | None,
+) -> dict[str, Any]:
     """The window's figures: the whole capture's GPU work, span and idle time, and its complete GPU slots."""
     t = r.t
     window = {
@@ -232,7 +251,9 @@ def window_evidence(r, all_mine, window_work, window_span, lag, slots, slot_reas
     return window
 
 
-def trace_notes(r, runs_ahead, window_work, pre, out):
+def trace_notes(
+    r: _Reading, runs_ahead: bool, window_work: dict[str, Any], pre: dict[str, Any], out: dict[str, Any]
+) -> list[str]:
     """The notes that qualify the figures: the CPU running ahead, graph replays, work charged to no step."""
     notes = []
     if runs_ahead:
@@ -253,7 +274,9 @@ def trace_notes(r, runs_ahead, window_work, pre, out):
     return notes
 
 
-def summarize_events(events, name="trace", lanes=False, input_scope=None):
+def summarize_events(
+    events: Iterable[Any], name: str = "trace", lanes: bool = False, input_scope: str | None = None
+) -> dict[str, Any]:
     """The evidence of one trace (docs/EVIDENCE.md defines every figure). lanes: each step also carries its
     lanes for a picture ({"cpu": [[scope, start, end]], "gpu": [[kind, start, end]] or None}, trace µs).
     input_scope: the name of the reader's own record_function around fetching a batch (see input_source).
@@ -301,7 +324,7 @@ def summarize_events(events, name="trace", lanes=False, input_scope=None):
     return evidence
 
 
-def summarize_file(path, lanes=False, input_scope=None):
+def summarize_file(path: str, lanes: bool = False, input_scope: str | None = None) -> dict[str, Any]:
     return summarize_events(iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
 
 
@@ -317,7 +340,7 @@ def add_reading_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens summarize", description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", help="PyTorch profiler Chrome traces (.json or .json.gz)")
     p.add_argument("--json", action="store_true", help="print one JSON object per trace, one per line")

@@ -2,13 +2,16 @@
 
 What the profiler distorts and how the capture brackets it: docs/EVIDENCE.md#the-profilers-cost."""
 
+import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from steplens.atomic import write_atomic
-from steplens.job.stopping import StopRequested
+from steplens.job.stopping import Stopper, StopRequested
 from steplens.scopes import SCHEDULE
 from steplens.trace import nesting
 
@@ -22,7 +25,9 @@ class TraceWriter:
     meanwhile), and how much of it the repair took.
     """
 
-    def __init__(self, out_dir, trace_format, cuda, subdir="", skip=lambda: False):
+    def __init__(
+        self, out_dir: str, trace_format: str, cuda: bool, subdir: str = "", skip: Callable[[], bool] = lambda: False
+    ):
         # subdir: "rank{R}" in a DDP run, so that every rank's files lie apart under one outputs folder.
         # skip: true once a stop was asked for (the profiler's exit would dump a partial cycle).
         self.out_dir, self.trace_format, self.cuda, self.subdir, self.skip = out_dir, trace_format, cuda, subdir, skip
@@ -87,12 +92,12 @@ class Laps:
     device's clock, on the current stream), on the CPU the host clock. lap() after each step, seconds() once
     the caller has synchronized."""
 
-    def __init__(self, cuda):
+    def __init__(self, cuda: bool):
         import torch
 
         self.torch, self.cuda, self.marks = torch, cuda, []
 
-    def lap(self):
+    def lap(self) -> None:
         if self.cuda:
             event = self.torch.cuda.Event(enable_timing=True)
             event.record()
@@ -100,13 +105,19 @@ class Laps:
         else:
             self.marks.append(time.perf_counter())
 
-    def seconds(self):
+    def seconds(self) -> list[float]:
         pairs = zip(self.marks, self.marks[1:])
         laps = [a.elapsed_time(b) / 1000 for a, b in pairs] if self.cuda else [b - a for a, b in pairs]
         return [round(v, 6) for v in laps]
 
 
-def time_unprofiled(step, steps, synchronize, boundary=lambda: None, laps=None):
+def time_unprofiled(
+    step: Callable[[], Any],
+    steps: int,
+    synchronize: Callable[[], None],
+    boundary: Callable[[], bool | None] = lambda: None,
+    laps: Laps | None = None,
+) -> tuple[dict[str, Any], float]:
     """steps plain steps between two synchronizations, in the same process as the capture.
 
     boundary() runs after each step: a stop request is honoured there, by raising, or by returning true,
@@ -137,7 +148,14 @@ def time_unprofiled(step, steps, synchronize, boundary=lambda: None, laps=None):
 
 
 @contextmanager
-def bracketed(step, steps, synchronize, stop, laps, settle=0):
+def bracketed(
+    step: Callable[[], Any],
+    steps: int,
+    synchronize: Callable[[], None],
+    stop: Stopper,
+    laps: Callable[[], Laps],
+    settle: int = 0,
+) -> Iterator[dict[str, Any]]:
     """steps unprofiled steps timed before the with block (the profiled cycles), and as many after it.
 
     The host's pace drifts (the loader's most): one block of steps can sit well off a long bench window of
@@ -175,7 +193,7 @@ def bracketed(step, steps, synchronize, stop, laps, settle=0):
         timing["unprofiled_after"] = time_unprofiled(step, 0 if cut else steps, synchronize, ended, laps())[0]
 
 
-def stop_keeping(stop, results):
+def stop_keeping(stop: Stopper, results: dict[str, Any]) -> None:
     """A stop that ended the second unprofiled block early ends the run once its evidence is written: the
     StopRequested carries the results, which run.json keeps beside the stop."""
     if stop.requested:
@@ -189,22 +207,22 @@ class Pauses:
     long each step took, and, given input_clock (the seconds the loop has spent waiting for batches, so
     far), how long each step waited for its batch."""
 
-    def __init__(self, since, input_clock=None):
+    def __init__(self, since: float, input_clock: Callable[[], float] | None = None):
         self.seconds, self.step_seconds, self.input_seconds = [], [], []
         self._last_end, self._start, self._clock, self._input0 = since, since, input_clock, None
 
-    def before_step(self):
+    def before_step(self) -> None:
         self._start = time.perf_counter()
         self.seconds.append(self._start - self._last_end)
         self._input0 = self._clock() if self._clock else None
 
-    def after_step(self):
+    def after_step(self) -> None:
         self._last_end = time.perf_counter()
         self.step_seconds.append(self._last_end - self._start)
         self.input_seconds.append(self._clock() - self._input0 if self._clock else None)
 
 
-def queue_account(loader: dict, args) -> dict:
+def queue_account(loader: dict, args: argparse.Namespace) -> dict:
     """What the evidence needs to know of the capture beyond its timings: the loader's queue and the options on."""
     workers, factor = loader.get("num_workers") or 0, loader.get("prefetch_factor")
     return {

@@ -1,16 +1,19 @@
 """Checks made before any heavy work: the places to write are writable, the workers fit the CPU budget."""
 
+import argparse
 import math
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
+from typing import Any
 
 from steplens.errors import UserError
 from steplens.job.paths import DEFAULT_OFFLINE_ROOT
 from steplens.polyaxonenv import is_managed
 
 
-def writable_dirs(places):
+def writable_dirs(places: Iterable[tuple[str, str]]) -> None:
     """Each (path, flag) made (or found) a folder this process can write; else UserError naming it and the
     problem, with the folders made here removed again (nothing is left behind)."""
     made = []
@@ -42,7 +45,7 @@ def writable_dirs(places):
         raise
 
 
-def check_places(args):
+def check_places(args: argparse.Namespace) -> None:
     """Every place the run writes to, made (or found) writable before any heavy work; one line otherwise."""
     places = [(args.output_dir, "--output-dir")] if args.output_dir else []
     if args.data == "cifar10":
@@ -53,7 +56,7 @@ def check_places(args):
     writable_dirs(places)
 
 
-def existing_part(path):
+def existing_part(path: str) -> str:
     """path itself when it exists, else its nearest parent that does (where path would be made)."""
     path = os.path.abspath(path)
     while not os.path.exists(path):
@@ -61,7 +64,7 @@ def existing_part(path):
     return path
 
 
-def check_workers(args, budget):
+def check_workers(args: argparse.Namespace, budget: dict[str, Any]) -> str | None:
     """More workers than CPUs is allowed (and said); far more is refused unless forced."""
     bound = max(4, math.ceil(4 * budget["cpus"]))
     if args.workers > bound and not args.force_workers:

@@ -1,11 +1,23 @@
 """The training sets: CIFAR-10 read from its own Python format (downloaded when missing), the synthetic set and the
 learnable set, all through the tutorial's PIL transform chain."""
 
+from __future__ import annotations
+
+import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from steplens.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from PIL import Image
+    from torch.utils.data import DataLoader
+    from torchvision import transforms
 
 SYNTHETIC_SIZE = 50_000
 SYNTHETIC_SEED = 0  # the synthetic images are the same in every run, whatever --seed says
@@ -14,7 +26,7 @@ CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
-def build_transform():
+def build_transform() -> transforms.Compose:
     """The tutorial's augmentation, run per image on the CPU (in the DataLoader workers when there are any)."""
     from torchvision import transforms
 
@@ -28,7 +40,9 @@ def build_transform():
     )
 
 
-def build_dataset(args, transform):
+def build_dataset(
+    args: argparse.Namespace, transform: Callable[[Image.Image], torch.Tensor]
+) -> tuple[ImageSet, dict[str, Any]]:
     """The training set and a record of what it really is."""
     if args.data == "synthetic":
         print(
@@ -64,7 +78,7 @@ def build_dataset(args, transform):
 class ImageSet:
     """uint8 HWC images and labels through the PIL transform chain, as torchvision's CIFAR10 feeds them."""
 
-    def __init__(self, data, targets, transform):
+    def __init__(self, data: np.ndarray, targets: list[int], transform: Callable[[Image.Image], torch.Tensor]):
         self.data, self.targets, self.transform = data, targets, transform
 
     def __len__(self):
@@ -79,7 +93,9 @@ class ImageSet:
 class SyntheticCIFAR10(ImageSet):
     """CIFAR-shaped uint8 images and labels from a fixed seed."""
 
-    def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
+    def __init__(
+        self, transform: Callable[[Image.Image], torch.Tensor], size: int = SYNTHETIC_SIZE, seed: int = SYNTHETIC_SEED
+    ):
         import numpy as np
 
         rng = np.random.default_rng(seed)
@@ -96,7 +112,9 @@ class LearnableCIFAR10(ImageSet):
     A run on it shows whether a change still lets the model learn: the loss falls towards zero when it
     does. Labels random, as in SyntheticCIFAR10; the tint follows the label."""
 
-    def __init__(self, transform, size=SYNTHETIC_SIZE, seed=SYNTHETIC_SEED):
+    def __init__(
+        self, transform: Callable[[Image.Image], torch.Tensor], size: int = SYNTHETIC_SIZE, seed: int = SYNTHETIC_SEED
+    ):
         import itertools
 
         import numpy as np
@@ -115,7 +133,7 @@ class LearnableCIFAR10(ImageSet):
         self.tints = tints.tolist()
 
 
-def read_cifar10(folder):
+def read_cifar10(folder: str) -> tuple[np.ndarray, list[int]]:
     """The training batches of CIFAR-10's Python format (cifar-10-batches-py), as (N, 32, 32, 3) uint8 and labels."""
     import pickle
 
@@ -144,7 +162,7 @@ def read_cifar10(folder):
     return np.concatenate(data), targets
 
 
-def first_missing(path):
+def first_missing(path: str) -> str | None:
     """The outermost folder of path that does not exist yet (everything under it is made later), or None."""
     path, missing = os.path.abspath(path), None
     while not os.path.exists(path):
@@ -152,7 +170,7 @@ def first_missing(path):
     return missing
 
 
-def download_cifar10(data_dir):
+def download_cifar10(data_dir: str) -> None:
     """torchvision's download (archive checksum included); whatever it created is removed if it fails:
     the folders it made for a missing data_dir, or the new entries of an existing one."""
     from torchvision.datasets import CIFAR10
@@ -178,7 +196,7 @@ def download_cifar10(data_dir):
         ) from e
 
 
-def window_note(crossed, loader):
+def window_note(crossed: int, loader: DataLoader | None) -> str | None:
     """What an epoch boundary inside the timed window did to the rate (None when the window crossed none)."""
     if not crossed:
         return None
@@ -196,7 +214,7 @@ class Batches:
     """An endless iterator over the loader that restarts cleanly at each epoch end; waited_s adds up the
     time the loop spent asking it for batches (profile mode reads it per step)."""
 
-    def __init__(self, loader):
+    def __init__(self, loader: DataLoader):
         if len(loader) == 0:
             raise UserError(
                 f"the data set holds fewer images than one batch ({len(loader.dataset)} < "
@@ -224,7 +242,7 @@ class Batches:
             self.waited_s += time.perf_counter() - t0
 
 
-def loader_facts(loader, workers):
+def loader_facts(loader: DataLoader, workers: int) -> dict[str, Any]:
     """What run.json says of the DataLoader: workers, pinning, batches per epoch, prefetching, start method."""
     import torch
 

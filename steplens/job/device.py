@@ -1,18 +1,24 @@
 """The device a run uses, settled once: CUDA when torch sees it (or is told to), else the CPU, said loudly."""
 
+from __future__ import annotations
+
 import sys
+from typing import TYPE_CHECKING
 
 from steplens.errors import UserError
 
+if TYPE_CHECKING:
+    import torch
 
-def synchronize(device):
+
+def synchronize(device: torch.device) -> None:
     import torch
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def resolve_device(requested):
+def resolve_device(requested: str) -> torch.device:
     import torch
 
     if requested == "cpu":

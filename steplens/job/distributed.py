@@ -16,12 +16,24 @@ finish_record). The figures across ranks (the global rate, the slow rank) are st
 --ddp, World() is a world of one and every method here leaves the single-process path exactly as it was.
 """
 
+from __future__ import annotations
+
+import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from steplens.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    from steplens.job.data import ImageSet
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
@@ -29,7 +41,9 @@ TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 # --------------------------------------------------------------------------- settings
 
 
-def add_arguments(p, non_negative_int, non_negative_float):
+def add_arguments(
+    p: argparse.ArgumentParser, non_negative_int: Callable[[str], int], non_negative_float: Callable[[str], float]
+) -> None:
     g = p.add_argument_group("distributed (DDP under torchrun)")
     g.add_argument(
         "--ddp",
@@ -59,7 +73,7 @@ def add_arguments(p, non_negative_int, non_negative_float):
     )
 
 
-def check(args, error):
+def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
     """Refusals before torch is imported; error() prints one line and exits 2."""
     environ = os.environ
     if not args.ddp:
@@ -94,7 +108,7 @@ def check(args, error):
 class SlowInput:
     """--slow-rank: next() sleeps first, so the delay lands inside input/next_batch on that rank alone."""
 
-    def __init__(self, batches, seconds):
+    def __init__(self, batches: Iterator[Any], seconds: float):
         self.batches, self.seconds = batches, seconds
 
     def __iter__(self):
@@ -110,7 +124,7 @@ class SlowInput:
 class Shard:
     """One rank's share of an in-memory data set (data, targets), for --gpu-input: every world_size-th image."""
 
-    def __init__(self, dataset, rank, world_size):
+    def __init__(self, dataset: ImageSet, rank: int, world_size: int):
         self.data = dataset.data[rank::world_size]
         self.targets = list(dataset.targets[rank::world_size])
 
@@ -122,7 +136,14 @@ class World:
     """The ranks of this job. World() is one process (no --ddp); World.start() joins torchrun's process group."""
 
     def __init__(
-        self, rank=0, world_size=1, local_rank=0, local_world_size=1, backend=None, device=None, shares_device=False
+        self,
+        rank: int = 0,
+        world_size: int = 1,
+        local_rank: int = 0,
+        local_world_size: int = 1,
+        backend: str | None = None,
+        device: torch.device | None = None,
+        shares_device: bool = False,
     ):
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.local_world_size, self.backend, self.device = local_world_size, backend, device
@@ -133,7 +154,7 @@ class World:
     # ---- joining and leaving
 
     @classmethod
-    def start(cls, args, device):
+    def start(cls, args: argparse.Namespace, device: torch.device) -> World:
         """The process group and this rank's device: cuda:LOCAL_RANK with NCCL, the CPU with gloo."""
         import torch
 
@@ -173,15 +194,15 @@ class World:
             print(f"ddp: {world_size} ranks ({local_world_size} per machine), backend {backend}", file=sys.stderr)
         return world
 
-    def close(self):
+    def close(self) -> None:
         if self.active and self.dist.is_initialized():
             self.dist.destroy_process_group()
 
     @property
-    def is_leader(self):
+    def is_leader(self) -> bool:
         return self.rank == 0
 
-    def facts(self):
+    def facts(self) -> dict[str, Any]:
         return {
             "world_size": self.world_size,
             "rank": self.rank,
@@ -194,16 +215,16 @@ class World:
             "launcher": "torchrun" if self.active else None,
         }
 
-    def tags(self):
+    def tags(self) -> list[str]:
         return [f"world_size={self.world_size}"] if self.active else []
 
     # ---- collectives (no-ops in a world of one)
 
-    def barrier(self):
+    def barrier(self) -> None:
         if self.active:
             self.dist.barrier(**({"device_ids": [self.device.index]} if self.backend == "nccl" else {}))
 
-    def broadcast(self, obj):
+    def broadcast(self, obj: Any) -> Any:
         """rank 0's obj on every rank."""
         if not self.active:
             return obj
@@ -211,7 +232,7 @@ class World:
         self.dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def all_gather(self, obj):
+    def all_gather(self, obj: Any) -> list[Any]:
         """Every rank's obj, in rank order, on every rank."""
         if not self.active:
             return [obj]
@@ -220,7 +241,7 @@ class World:
         return out
 
     @contextmanager
-    def local_leader_first(self):
+    def local_leader_first(self) -> Iterator[None]:
         """The first rank of each machine runs the block (a download, say) before the others read its result."""
         if self.active and self.local_rank != 0:
             self.barrier()
@@ -230,7 +251,7 @@ class World:
 
     # ---- what the step uses
 
-    def sampler(self, dataset, seed):
+    def sampler(self, dataset: ImageSet, seed: int) -> DistributedSampler | None:
         """DistributedSampler: each rank its own slice of every epoch's shuffle (seeded alike on all ranks)."""
         import torch
 
@@ -240,10 +261,10 @@ class World:
             dataset, num_replicas=self.world_size, rank=self.rank, shuffle=True, seed=seed, drop_last=True
         )
 
-    def shard(self, dataset):
+    def shard(self, dataset: ImageSet) -> ImageSet | Shard:
         return Shard(dataset, self.rank, self.world_size) if self.active else dataset
 
-    def wrap(self, model):
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """DDP over the (compiled) model; its allreduce runs inside loss.backward(), i.e. inside
         train/forward_backward, and DDP broadcasts rank 0's weights when it wraps."""
         if not self.active:
@@ -252,7 +273,7 @@ class World:
 
         return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
-    def slowed(self, batches, args):
+    def slowed(self, batches: Iterator[Any], args: argparse.Namespace) -> Iterator[Any]:
         if self.active and args.slow_rank == self.rank:
             print(
                 f"ddp: rank {self.rank} sleeps {args.slow_input_ms:g} ms inside input/next_batch every step "
@@ -262,7 +283,7 @@ class World:
             return SlowInput(batches, args.slow_input_ms / 1000.0)
         return batches
 
-    def seed_per_rank(self, np, random, seed):
+    def seed_per_rank(self, np: ModuleType, random: ModuleType, seed: int) -> None:
         """After the model is built (same weights everywhere): augmentation drawn in this process differs per rank."""
         import torch
 
@@ -272,5 +293,5 @@ class World:
             random.seed(seed + self.rank)
 
     @property
-    def trace_subdir(self):
+    def trace_subdir(self) -> str:
         return f"rank{self.rank}" if self.active else ""

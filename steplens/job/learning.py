@@ -6,13 +6,23 @@ window_loss) and steplens compare sets each group's final loss beside its rate.
 Nothing here imports torch: train.py hands it in.
 """
 
+from __future__ import annotations
+
+import argparse
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from steplens.job.runrecord import RunRecord
 
 REFERENCE_BATCH = 128  # the tutorial's batch: --scale-lr keeps lr / batch what it is there
 LAST_STEPS = 10  # loss_final: the mean loss of the window's last 10 steps (fewer when the window is shorter)
 
 
-def learning_rate(args, world_size):
+def learning_rate(args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     """The SGD learning rate the run uses and how it was set (run.json's learning_rate).
 
     --scale-lr: the linear scaling rule, lr x global batch / 128, where the global batch is --batch-size
@@ -47,7 +57,9 @@ def learning_rate(args, world_size):
     }
 
 
-def ramped(step, optimizer, lr, steps):
+def ramped(
+    step: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer, lr: float, steps: int
+) -> Callable[[], torch.Tensor]:
     """--lr-warmup-steps: the step, with every parameter group's rate set to lr x k / steps before its k-th call
     for k <= steps, then left at lr. A plain float in the optimizer's groups: no device work, no sync.
     A captured step (--cuda-graph) keeps the rate of its capture: steplens/job/settings.py makes the ramp end before it.
@@ -77,21 +89,21 @@ class LossCurve:
     overwrites it.
     """
 
-    def __init__(self, device, steps):
+    def __init__(self, device: torch.device, steps: int):
         import torch
 
         self.buffer = torch.full((steps,), float("nan"), dtype=torch.float32, device=device)
         self.count = 0
 
-    def add(self, loss):
+    def add(self, loss: torch.Tensor) -> None:
         self.buffer[self.count].copy_(loss.detach())  # detached: the buffer must not hold the step's graph
         self.count += 1
 
-    def values(self):
+    def values(self) -> list[float]:
         return self.buffer[: self.count].tolist()
 
 
-def summary(losses):
+def summary(losses: list[float]) -> dict[str, Any]:
     """loss_first (the window's first step), loss_final (the mean of its last 10 steps) and the curve.
 
     A loss that is not finite means the training diverged: loss_final is then None, and loss_diverged_step
@@ -109,7 +121,7 @@ def summary(losses):
     }
 
 
-def log_losses(record, results):
+def log_losses(record: RunRecord, results: dict[str, Any]) -> str:
     """The curve as the Polyaxon metric window_loss (by window step, a name no output has); a line for stdout."""
     record.log_steps("window_loss", {i: v for i, v in enumerate(results["window_losses"], start=1) if v is not None})
     first = "n/a" if results["loss_first"] is None else f"{results['loss_first']:.4f}"

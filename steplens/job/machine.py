@@ -1,15 +1,22 @@
 """Machine facts: the CPU budget (cgroup quotas), thread counts, packages, driver, GPU and host ids, the source hash."""
 
+from __future__ import annotations
+
 import hashlib
 import os
 import platform
 import re
 import subprocess
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from steplens.job.paths import ROOT, source_files
 
+if TYPE_CHECKING:
+    import torch
 
-def own_cgroups(proc_cgroup="/proc/self/cgroup"):
+
+def own_cgroups(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str | None, str | None]:
     """This process's cgroup paths from /proc/self/cgroup: the v2 path (line "0::PATH") and the v1 path
     of the controller that holds the cpu quota (a line whose controllers include "cpu"); None when absent."""
     v2 = v1 = None
@@ -29,13 +36,13 @@ def own_cgroups(proc_cgroup="/proc/self/cgroup"):
     return v2, v1
 
 
-def walk_up(mount, path):
+def walk_up(mount: str, path: str | None) -> list[str]:
     """mount/path, then each of its parents, ending at mount itself."""
     parts = [p for p in (path or "").split("/") if p]
     return [os.path.join(mount, *parts[:i]) for i in range(len(parts), -1, -1)]
 
 
-def read_quota_v2(directory):
+def read_quota_v2(directory: str) -> float | None:
     """CPUs allowed by DIR/cpu.max ("max 100000" is no limit), or None."""
     try:
         with open(os.path.join(directory, "cpu.max")) as f:
@@ -45,7 +52,7 @@ def read_quota_v2(directory):
         return None
 
 
-def read_quota_v1(directory):
+def read_quota_v1(directory: str) -> float | None:
     """CPUs allowed by DIR/cpu.cfs_quota_us over cpu.cfs_period_us (-1 is no limit), or None."""
     try:
         with open(os.path.join(directory, "cpu.cfs_quota_us")) as f:
@@ -57,7 +64,9 @@ def read_quota_v1(directory):
         return None
 
 
-def cgroup_quotas(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
+def cgroup_quotas(
+    cgroup_root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup"
+) -> list[tuple[float, str]]:
     """Every CPU quota between this process's cgroup and the root, as [(cpus, path)].
 
     A quota set on a parent (the pod) binds every child (the container), so the walk goes from the
@@ -82,7 +91,7 @@ def cgroup_quotas(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup")
     return found
 
 
-def cpu_budget(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
+def cpu_budget(cgroup_root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> dict[str, Any]:
     """The CPUs this process may really use: the smallest cgroup CPU quota on its path, else affinity.
 
     A pod's quota is invisible to os.cpu_count() and sched_getaffinity(): a 4-CPU pod on a
@@ -106,7 +115,7 @@ def cpu_budget(cgroup_root="/sys/fs/cgroup", proc_cgroup="/proc/self/cgroup"):
     }
 
 
-def set_threads(budget):
+def set_threads(budget: dict[str, Any]) -> dict[str, int]:
     """Keep torch's intra-op threads within the CPU budget (its default follows the node's cores)."""
     import torch
 
@@ -117,7 +126,7 @@ def set_threads(budget):
     return {"default": before, "used": torch.get_num_threads()}
 
 
-def package_inventory():
+def package_inventory() -> str:
     from importlib import metadata
 
     names = {}
@@ -128,7 +137,7 @@ def package_inventory():
     return "\n".join(names[k] for k in sorted(names)) + "\n"
 
 
-def source_sha256():
+def source_sha256() -> str:
     """One hash over the project's Python sources (train.py and the package it runs), sorted by path."""
     h = hashlib.sha256()
     for path in source_files():
@@ -140,7 +149,9 @@ def source_sha256():
 VERSION = re.compile(r"\d+\.\d+(?:\.\d+)*")
 
 
-def driver_version(proc_path="/proc/driver/nvidia/version", nvidia_smi="nvidia-smi", timeout=10):
+def driver_version(
+    proc_path: str = "/proc/driver/nvidia/version", nvidia_smi: str = "nvidia-smi", timeout: float = 10
+) -> str | None:
     """The NVIDIA driver's version: from the kernel module's /proc file where present, else nvidia-smi;
     None when neither answers (no NVIDIA driver here). torch has no API for it."""
     try:
@@ -184,13 +195,15 @@ def _first_line(paths):
     return None
 
 
-def host_ids(machine_id_files=MACHINE_ID_FILES, boot_id_file=BOOT_ID_FILE):
+def host_ids(
+    machine_id_files: Sequence[str] = MACHINE_ID_FILES, boot_id_file: str = BOOT_ID_FILE
+) -> dict[str, str | None]:
     """The host's machine id and boot id: hostnames repeat ("vm", "localhost"), these do not.
     The machine id can be copied with a cloned disk image; the boot id is new at every boot."""
     return {"machine_id": _first_line(machine_id_files), "boot_id": _first_line([boot_id_file])}
 
 
-def gpu_uuid(device, nvidia_smi="nvidia-smi", timeout=10):
+def gpu_uuid(device: torch.device, nvidia_smi: str = "nvidia-smi", timeout: float = 10) -> str | None:
     """The GPU's UUID as nvidia-smi writes it ("GPU-" and 8-4-4-4-12 hex digits); None on the CPU or where
     neither torch (its device properties' uuid: torch 2.11 and 2.14 have it) nor nvidia-smi answers."""
     import torch
@@ -222,7 +235,7 @@ def gpu_uuid(device, nvidia_smi="nvidia-smi", timeout=10):
     return first if first.startswith("GPU-") else None
 
 
-def environment(device):
+def environment(device: torch.device) -> dict[str, Any]:
     import torch
     import torchvision
 
@@ -251,7 +264,7 @@ def environment(device):
     }
 
 
-def comparable_facts(environment, budget):
+def comparable_facts(environment: dict[str, Any], budget: dict[str, Any]) -> dict[str, Any]:
     """The facts that decide whether two runs may be compared, as Polyaxon outputs (None left out)."""
     facts = {
         "env_host": environment.get("hostname"),

@@ -1,6 +1,14 @@
 """What a bench run prints at its end and logs as Polyaxon outputs: the rate, GPU-bound share, ceiling and loss."""
 
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
 from steplens.job import learning, rank_outputs
+
+if TYPE_CHECKING:
+    from steplens.job.runrecord import RunRecord
 
 BENCH_OUTPUTS = (
     "samples_per_sec",
@@ -21,7 +29,7 @@ BENCH_OUTPUTS = (
 )
 
 
-def log_bench(record, results, args):
+def log_bench(record: RunRecord, results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """The rate, the GPU-bound share (--cuda-graph) and the hardware ceiling on stdout; the same as Polyaxon outputs."""
     bound = ""
     if args.cuda_graph and results.get("gpu_bound_share") is not None:

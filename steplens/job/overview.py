@@ -8,9 +8,10 @@ are relative to the run's outputs/ folder (the UI's Files tab).
 
 import json
 import os
+from typing import Any
 
 
-def succeeded(data, out_dir):
+def succeeded(data: dict[str, Any], out_dir: str) -> tuple[str, str]:
     """(description, readme) of a run that ended well: a profile run's verdict and figures, or a bench rate."""
     head = _heading(data)
     results = data.get("results") or {}
@@ -29,7 +30,7 @@ def succeeded(data, out_dir):
     return f"{head}: {_rate(results.get('samples_per_sec'))}", body
 
 
-def ended(data):
+def ended(data: dict[str, Any]) -> tuple[str, str]:
     """(description, readme) of a run that failed or was stopped: one line saying so, and why."""
     head = _heading(data)
     if data.get("status") == "stopped":
@@ -54,7 +55,7 @@ CYCLE_FIGURES = (
 )
 
 
-def bracket_text(evidence):
+def bracket_text(evidence: dict[str, Any]) -> str:
     """The unprofiled steps before and after the capture, their drift and the distortion's 95% interval, in
     words ("" for a run timed before the capture alone)."""
     before, after = evidence.get("unprofiled_before_ms"), evidence.get("unprofiled_after_ms")
@@ -71,7 +72,7 @@ def bracket_text(evidence):
     return said
 
 
-def profile_text(results, out_dir):
+def profile_text(results: dict[str, Any], out_dir: str) -> str:
     evidence = results.get("evidence") or {}
     verdict = (evidence.get("verdict") or {}).get("sentence")
     whose = " (rank 0's traces)" if results.get("across_ranks") is not None else ""
@@ -108,7 +109,7 @@ def profile_text(results, out_dir):
     return "\n".join(lines)
 
 
-def figures(evidence):
+def figures(evidence: dict[str, Any]) -> tuple[str, list[str]]:
     """The cycle's headline figures as text, a null one as "n/a"; and the reasons steplens summarize gave for them."""
     shown, reasons = [], []
     said = evidence.get("null_reasons") or {}
@@ -125,7 +126,7 @@ def figures(evidence):
     return "; ".join(shown), reasons
 
 
-def ranks_profile_text(results, out_dir):
+def ranks_profile_text(results: dict[str, Any], out_dir: str) -> str:
     """DDP: the evidence across ranks (the slowest rank, its stage), and each rank's own verdict."""
     top = results.get("across_ranks")
     if top is None:
@@ -146,7 +147,7 @@ def ranks_profile_text(results, out_dir):
     return "\n".join(lines) + "\n"
 
 
-def rank_verdicts(out_dir):
+def rank_verdicts(out_dir: str) -> list[tuple[str, str]]:
     """(rank, verdict sentence) from the other ranks' records (outputs/ranks/rankR.json) found beside run.json."""
     folder = os.path.join(out_dir, "ranks")
     found = []
@@ -167,7 +168,7 @@ def rank_verdicts(out_dir):
 # --------------------------------------------------------------------------- mode=bench
 
 
-def bench_text(results, settings):
+def bench_text(results: dict[str, Any], settings: dict[str, Any]) -> str:
     rate = results.get("samples_per_sec")
     lines = [
         f"**Rate:** {_rate(rate)}",
@@ -196,7 +197,7 @@ def bench_text(results, settings):
     return "\n".join(lines) + "\n"
 
 
-def ranks_bench_text(results):
+def ranks_bench_text(results: dict[str, Any]) -> str:
     """DDP: how the global rate was made, and each rank's own window."""
     every = results.get("ranks")
     if not every:

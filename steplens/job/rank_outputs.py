@@ -1,18 +1,25 @@
 """A DDP run's own outputs across its ranks: the global bench rate, the rank evidence and its picture."""
 
+from __future__ import annotations
+
 import os
 import platform
 import statistics
 import sys
+from typing import TYPE_CHECKING, Any
 
 from steplens.atomic import write_atomic, write_json_atomic
 from steplens.evidence import picture
 from steplens.evidence.ranks import RanksError, across, format_text, headline, rank_figures
 
+if TYPE_CHECKING:
+    from steplens.job.distributed import World
+    from steplens.job.runrecord import RunRecord
+
 BENCH_OUTPUTS = ("world_size", "rank_samples_per_sec", "longest_window_rank", "rank_rate_spread")
 
 
-def bench_results(world, results):
+def bench_results(world: World, results: dict[str, Any]) -> dict[str, Any]:
     """The global rate: world_size x window samples / the longest window of any rank; each rank's own beside it.
     world: a distributed.World; in a world of one, results as they are."""
     if not world.active:
@@ -45,7 +52,7 @@ def bench_results(world, results):
     }
 
 
-def describe_bench(results):
+def describe_bench(results: dict[str, Any]) -> str:
     """The bench line's DDP part: how the global rate was made; empty in a world of one."""
     if "ranks" not in results:
         return ""
@@ -57,7 +64,7 @@ def describe_bench(results):
     )
 
 
-def profile_evidence(world, record, results):
+def profile_evidence(world: World, record: RunRecord, results: dict[str, Any]) -> dict[str, Any]:
     """Each rank's per-step figures, gathered on rank 0, which writes and logs the evidence across ranks."""
     if not world.active:
         return {}
@@ -79,7 +86,7 @@ def profile_evidence(world, record, results):
     return {k: v for k, v in top.items() if v is not None and k not in ("verdict", "pictures")}
 
 
-def draw_ranks(every, record, said):
+def draw_ranks(every: list[dict[str, Any]], record: RunRecord, said: str) -> list[str]:
     """One picture per cycle with every rank's steps, a lane pair per step (picture.py), saved and logged by rank 0;
     the pictures' paths (none, and one line saying why, without matplotlib)."""
     by_rank = sorted(every, key=lambda f: f["rank"])

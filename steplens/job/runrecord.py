@@ -1,10 +1,14 @@
 """The run record and all Polyaxon logging: run.json, outputs, files, images, readme, the end of a run."""
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import time
 import uuid
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from steplens.atomic import write_atomic, write_json_atomic
 from steplens.errors import UserError
@@ -13,10 +17,13 @@ from steplens.job.machine import comparable_facts, environment, package_inventor
 from steplens.job.paths import DEFAULT_OFFLINE_ROOT
 from steplens.polyaxonenv import is_managed, managed_identity
 
+if TYPE_CHECKING:
+    import torch
+
 PROJECT = "pytorch-training-profiler"
 
 
-def start_tracking(name, tags):
+def start_tracking(name: str, tags: list[str]) -> ModuleType:
     """Polyaxon tracking: the managed run inside Polyaxon, an offline run everywhere else."""
     managed = is_managed()
     if not managed:
@@ -44,7 +51,7 @@ def start_tracking(name, tags):
     return tracking
 
 
-def write_project_record(root, owner, project):
+def write_project_record(root: str, owner: str | None, project: str) -> str:
     """ROOT/projects/PROJECT/project.plx.json, the record Polyaxon's viewer (`haupt viewer --path ROOT`) lists
     the project from: offline tracking writes only the runs. Written once, by the first run; never replaced."""
     path = os.path.join(root, "projects", project, "project.plx.json")
@@ -71,7 +78,15 @@ class RunRecord:
     under out_dir; polyaxon: what the record says of its Polyaxon run (default: tracking's own run).
     """
 
-    def __init__(self, tracking, settings, mode, output_dir=None, name="run.json", polyaxon=None):
+    def __init__(
+        self,
+        tracking: Any,
+        settings: dict[str, Any],
+        mode: str,
+        output_dir: str | None = None,
+        name: str = "run.json",
+        polyaxon: dict[str, Any] | None = None,
+    ):
         self.tracking = tracking
         self.out_dir = os.path.abspath(output_dir or tracking.get_outputs_path())
         os.makedirs(self.out_dir, exist_ok=True)
@@ -103,29 +118,29 @@ class RunRecord:
     def __getitem__(self, key):
         return self.data[key]
 
-    def update(self, facts):
+    def update(self, facts: dict[str, Any]) -> None:
         self.data.update(facts)
 
-    def log_file(self, path, name):
+    def log_file(self, path: str, name: str) -> None:
         self.tracking.log_file_ref(path=path, name=name)
         self.logged.append(path)
 
-    def log_image(self, path, name):
+    def log_image(self, path: str, name: str) -> None:
         """A picture the run's dashboard shows (Polyaxon copies it under the run's assets/image/), and a file."""
         self.tracking.log_image(data=path, name=name)
         self.log_file(path, name)
 
-    def log_outputs(self, **outputs):
+    def log_outputs(self, **outputs: Any) -> None:
         """Outputs logged while the run goes on (the comparable facts): a failed run keeps them too."""
         self.tracking.log_outputs(**outputs)
 
-    def log_steps(self, name, values):
+    def log_steps(self, name: str, values: dict[int, float]) -> None:
         """One figure per step ({step: value}) as a Polyaxon metric, which the run dashboard charts.
         name must differ from every output's name: at end() a metric's last value replaces an output's."""
         for step, value in sorted(values.items()):
             self.tracking.log_metrics(step=step, **{name: value})
 
-    def tell(self, description, readme):
+    def tell(self, description: str, readme: str) -> None:
         """The run's one-line description and its readme (the overview panel of its page in Polyaxon's UI),
         set before end(). A server that refuses them (the sandbox answers 405 now and then) is asked again;
         one that still refuses is warned about; the run's files stand either way."""
@@ -144,10 +159,10 @@ class RunRecord:
                 else:
                     time.sleep(1.0)  # not timed: the run is over
 
-    def end(self):
+    def end(self) -> None:
         self.tracking.end()
 
-    def succeeded(self, outputs):
+    def succeeded(self, outputs: dict[str, Any]) -> None:
         self.data.update(
             status="succeeded",
             finished_at=self._now(),
@@ -175,7 +190,7 @@ class RunRecord:
                     time.sleep(1.0)  # not timed: the run is over
         self.end()
 
-    def stopped(self, stop):
+    def stopped(self, stop: Any) -> None:
         """A stop signal: run.json and Polyaxon say stopped, with the signal and how far the run got."""
         self.data.update(
             status="stopped",
@@ -187,7 +202,7 @@ class RunRecord:
         self.tracking.log_stopped(reason=stop.signal_name, message=str(stop))
         self.end()
 
-    def failed(self, error, trace=None):
+    def failed(self, error: BaseException, trace: str | None = None) -> None:
         self.data.update(status="failed", error=f"{type(error).__name__}: {error}", finished_at=self._now())
         if trace:
             self.data["traceback"] = trace
@@ -228,7 +243,7 @@ class _NoTracking:
 class RankRecord(RunRecord):
     """The record of a rank other than 0: ranks/rank{R}.json beside rank 0's run.json, no Polyaxon run."""
 
-    def __init__(self, settings, mode, out_dir, rank, run_uuid):
+    def __init__(self, settings: dict[str, Any], mode: str, out_dir: str, rank: int, run_uuid: str | None):
         super().__init__(
             _NoTracking(),
             settings,
@@ -239,14 +254,14 @@ class RankRecord(RunRecord):
         )
         self.files = []
 
-    def log_file(self, path, name):
+    def log_file(self, path: str, name: str) -> None:
         self.logged.append(path)
         self.files.append((path, name))
 
-    def log_image(self, path, name):
+    def log_image(self, path: str, name: str) -> None:
         self.log_file(path, name)  # rank 0 logs it with the rank's other files
 
-    def succeeded(self, outputs):
+    def succeeded(self, outputs: dict[str, Any]) -> None:
         self.data.update(
             status="succeeded",
             finished_at=self._now(),
@@ -256,7 +271,9 @@ class RankRecord(RunRecord):
         self.log_file(write_json_atomic(self.path, self.data), "run-json")
 
 
-def start_record(world, settings, mode, output_dir, name, tags):
+def start_record(
+    world: Any, settings: dict[str, Any], mode: str, output_dir: str | None, name: str, tags: list[str]
+) -> RunRecord:
     """One Polyaxon run per job, rank 0's: it starts the run and broadcasts its outputs folder; the other
     ranks write there without a run of their own. world: a distributed.World (a world of one without --ddp)."""
     record = None
@@ -271,7 +288,7 @@ def start_record(world, settings, mode, output_dir, name, tags):
     return record
 
 
-def finish_record(world, record, outputs):
+def finish_record(world: Any, record: RunRecord, outputs: dict[str, Any]) -> None:
     """The run succeeded: the other ranks write their records first; rank 0 then logs every rank's files
     and ends the run."""
     if not world.active:
@@ -288,7 +305,9 @@ def finish_record(world, record, outputs):
         record.succeeded(outputs)
 
 
-def describe_run(record, world, device, budget, workers_note):
+def describe_run(
+    record: RunRecord, world: Any, device: torch.device, budget: dict[str, Any], workers_note: str | None
+) -> None:
     """What the numbers depend on, in run.json and as Polyaxon inputs and outputs, before any step runs."""
     record["cpu_budget"] = budget
     record["workers_note"] = workers_note
@@ -320,7 +339,7 @@ OUTPUT_KEYS = (
 )
 
 
-def log_cycles(record, results):
+def log_cycles(record: RunRecord, results: dict[str, Any]) -> dict[str, Any]:
     """Each cycle's files as lineage; the profiled step times as metrics; the headline evidence (pooled and
     per cycle) as Polyaxon outputs."""
     for c in results["cycles"]:
@@ -350,7 +369,7 @@ def log_cycles(record, results):
     return outputs
 
 
-def record_stop(record, stop):
+def record_stop(record: RunRecord | None, stop: Any) -> int:
     """A stop request, recorded where a run exists; the shell's exit code for the signal."""
     if record is None:
         print(f"train.py: {stop}; no run was started", file=sys.stderr)

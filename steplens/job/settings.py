@@ -6,6 +6,8 @@ Polyaxon run or CUDA start. Nothing here imports torch, nor any module that does
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 from steplens import scopes
 from steplens.job import distributed
@@ -18,12 +20,15 @@ DESCRIPTION = "Profile a slow PyTorch training run, then measure a change withou
 
 
 class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         # One line, exit 2, before any heavy import: argparse's usage block hides the message.
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def number(kind, ok, need):
+_Number = TypeVar("_Number", int, float)  # the kind of number an argparse type converts to
+
+
+def number(kind: Callable[[str], _Number], ok: Callable[[_Number], bool], need: str) -> Callable[[str], _Number]:
     """An argparse type: kind(text) that must satisfy ok(value); need names the rule in errors."""
 
     def convert(text):
@@ -41,7 +46,7 @@ positive_int = number(int, lambda v: v >= 1, ">= 1")
 non_negative_float = number(float, lambda v: v >= 0 and math.isfinite(v), ">= 0")
 
 
-def add_workload_arguments(p):
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     """The workload: mode, loader, batch, steps, data, device and seed."""
     p.add_argument(
         "--mode",
@@ -87,7 +92,7 @@ def add_workload_arguments(p):
     p.add_argument("--seed", type=non_negative_int, default=0, help="model, shuffle and augmentation seed (default: 0)")
 
 
-def add_optimizer_arguments(p):
+def add_optimizer_arguments(p: argparse.ArgumentParser) -> None:
     """SGD and its learning rate: the rate, its scaling with the batch, its ramp."""
     p.add_argument(
         "--lr",
@@ -113,7 +118,7 @@ def add_optimizer_arguments(p):
     p.add_argument("--weight-decay", type=non_negative_float, default=5e-4, help="SGD weight decay (default: 5e-4)")
 
 
-def add_output_arguments(p):
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
     """What profile mode records, where the files go, and the study's bookkeeping."""
     p.add_argument(
         "--profile-detail",
@@ -143,7 +148,7 @@ def add_output_arguments(p):
     )
 
 
-def build_parser():
+def build_parser() -> OneLineParser:
     p = OneLineParser(prog="train.py", description=DESCRIPTION)
     add_workload_arguments(p)
     add_optimizer_arguments(p)
@@ -153,7 +158,7 @@ def build_parser():
     return p
 
 
-def parse_settings(argv=None):
+def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
     """The settings, validated once: a bad flag or a senseless combination exits 2 in one line."""
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,7 +1,10 @@
 """Stop requests: SIGTERM (Kubernetes, `polyaxon ops stop`) and SIGINT (Ctrl-C) end a run at the next step boundary."""
 
+from __future__ import annotations
+
 import os
 import signal
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -13,13 +16,13 @@ class StopRequested(BaseException):
     A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way swallows it.
     """
 
-    def __init__(self, signum, phase, steps_done):
+    def __init__(self, signum: int, phase: str, steps_done: int):
         self.signum, self.phase, self.steps_done = signum, phase, steps_done
         self.signal_name = signal.Signals(signum).name
         super().__init__(f"stopped by {self.signal_name} during {phase} after {steps_done} completed steps")
 
     @property
-    def exit_code(self):
+    def exit_code(self) -> int:
         return 128 + self.signum  # the shell's convention for a process ended by a signal
 
 
@@ -38,7 +41,7 @@ class Stopper:
             signal.signal(s, self._handle)
 
     @property
-    def requested(self):
+    def requested(self) -> bool:
         return self.signum is not None
 
     def _handle(self, signum, frame):
@@ -58,7 +61,7 @@ class Stopper:
             raise StopRequested(signum, self.phase, self.steps_done)
 
     @contextmanager
-    def steps(self, phase):
+    def steps(self, phase: str) -> Iterator[Stopper]:
         """A phase of steps (warm-up, profile, bench): signals wait for the next boundary()."""
         self.phase, self.steps_done, self.in_steps = phase, 0, True
         try:
@@ -67,11 +70,11 @@ class Stopper:
         finally:
             self.in_steps = False
 
-    def boundary(self):
+    def boundary(self) -> None:
         """A step boundary: raise if a stop was asked for."""
         if self.signum is not None:
             raise StopRequested(self.signum, self.phase, self.steps_done)
 
-    def step_done(self):
+    def step_done(self) -> None:
         self.steps_done += 1
         self.boundary()

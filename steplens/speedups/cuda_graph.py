@@ -1,8 +1,18 @@
 """--cuda-graph: the whole step captured once as CUDA graphs (one per scope), replayed every step, and timed alone."""
 
+from __future__ import annotations
+
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
+
+if TYPE_CHECKING:
+    import torch
+
+    from steplens.speedups.gpu_input import DeviceBatches
 
 
 class CapturedStep:
@@ -17,7 +27,16 @@ class CapturedStep:
     """
 
     def __init__(
-        self, device, eager_step, batches, model, criterion, optimizer, memory_format, autocast, channels_last
+        self,
+        device: torch.device,
+        eager_step: Callable[[], torch.Tensor],
+        batches: DeviceBatches,
+        model: torch.nn.Module,
+        criterion: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        memory_format: torch.memory_format,
+        autocast: Callable[[], AbstractContextManager[Any]],
+        channels_last: bool,
     ):
         import torch
 
@@ -28,7 +47,7 @@ class CapturedStep:
         self.loss = None
         self.info = None
 
-    def warm_up(self, steps, lap):
+    def warm_up(self, steps: int, lap: Callable[[], None]) -> None:
         """steps - 1 eager steps on a side stream (as torch.cuda.graph's docs ask before a capture), the
         capture, then the first replay as the last warm-up step; lap() after each step."""
         torch = self.torch
@@ -52,7 +71,7 @@ class CapturedStep:
         self.graphs[scope] = graph
         return result
 
-    def capture(self):
+    def capture(self) -> None:
         torch, batches = self.torch, self.batches
         self.pool = torch.cuda.graph_pool_handle()
         t0 = time.perf_counter()
@@ -88,13 +107,13 @@ class CapturedStep:
             self.graphs[OPTIMIZER].replay()
         return self.loss  # the same static tensor at every replay: bench mode copies it on the device at once
 
-    def replay_all(self):
+    def replay_all(self) -> None:
         """One step without scopes: what gpu_time_per_step queues."""
         self.batches.advance()
         for graph in self.graphs.values():
             graph.replay()
 
-    def gpu_bound(self, samples_per_sec, batch_size):
+    def gpu_bound(self, samples_per_sec: float, batch_size: int) -> dict[str, Any]:
         """The graphs' GPU time per step (gpu_time_per_step) and the GPU-bound share: the window's rate
         (samples_per_sec) over the rate the step's own GPU time allows. Near 1 the step is GPU-bound; it
         says nothing of how close the GPU runs to its arithmetic peak (that is MFU)."""
@@ -104,7 +123,7 @@ class CapturedStep:
             gpu["gpu_bound_share"] = samples_per_sec / gpu["gpu_time_samples_per_sec"]
         return gpu
 
-    def gpu_time_per_step(self, steps=50, head_start_cycles=200_000_000):
+    def gpu_time_per_step(self, steps: int = 50, head_start_cycles: int = 200_000_000) -> dict[str, Any]:
         """The graphs' own GPU time per step, with the host out of the way.
 
         A GPU-side sleep holds the stream while the host queues the replays; CUDA events time them back to

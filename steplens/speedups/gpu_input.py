@@ -1,6 +1,14 @@
 """--gpu-input: the uint8 training set on the device, batches shuffled, cropped, flipped and normalized there."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from steplens.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DeviceBatches:
@@ -12,7 +20,15 @@ class DeviceBatches:
     assemble_at_cursor() reads the position from a device counter, so that --cuda-graph can capture it.
     """
 
-    def __init__(self, dataset, batch_size, device, seed, mean, std):
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        device: torch.device,
+        seed: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+    ):
         import torch
 
         self.torch, self.batch_size, self.device = torch, batch_size, device
@@ -33,7 +49,7 @@ class DeviceBatches:
         self.epoch_restarts = -1
         self._new_epoch()
 
-    def facts(self, mean, std):
+    def facts(self, mean: Sequence[float], std: Sequence[float]) -> dict[str, Any]:
         """What run.json says of the input: the transform and the batches, no DataLoader."""
         return {
             "input_transform": f"on the device, batched (speedups.gpu_input.augment): RandomCrop(32, padding=4, "
@@ -59,18 +75,18 @@ class DeviceBatches:
         index = self.order[self.position - self.batch_size : self.position]
         return self._batch(index)
 
-    def advance(self):
+    def advance(self) -> None:
         """Host side of a step: start a new epoch when this one cannot fill a batch (drop_last)."""
         if self.position + self.batch_size > len(self.order):
             self._new_epoch()
             self.cursor.zero_()
         self.position += self.batch_size
 
-    def sync_cursor(self):
+    def sync_cursor(self) -> None:
         """Point the device counter at the host position (before a capture)."""
         self.cursor.fill_(self.position)
 
-    def assemble_at_cursor(self):
+    def assemble_at_cursor(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch at the device counter, which it then advances: no host value in it, so capturable.
 
         The caller runs advance() on the host before each replay, which keeps epochs turning over.
@@ -84,7 +100,9 @@ class DeviceBatches:
         return images, self.targets.index_select(0, index)
 
 
-def augment(images_uint8, generator, mean, std, padding=4):
+def augment(
+    images_uint8: torch.Tensor, generator: torch.Generator, mean: torch.Tensor, std: torch.Tensor, padding: int = 4
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Batched RandomCrop(32, padding) + RandomHorizontalFlip + ToTensor + Normalize; returns the draws too."""
     import torch
 

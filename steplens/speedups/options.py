@@ -1,13 +1,21 @@
 """The candidate fixes' flags, their refusals, and the step parts they choose (copy to the device, precision)."""
 
-from contextlib import nullcontext
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from steplens.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 COMPILE_MODES = ["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
-def add_arguments(p, positive_int):
+def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]) -> None:
     """The candidate-fix flags; defaults keep the tutorial's workload exactly."""
     g = p.add_argument_group("candidate fixes (all off by default: the tutorial's workload)")
     g.add_argument(
@@ -61,7 +69,7 @@ def add_arguments(p, positive_int):
     )
 
 
-def check(args, error):
+def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
     """Refuse senseless combinations before torch is imported; error() prints one line and exits 2."""
     if args.workers == 0 and (args.persistent_workers or args.prefetch_factor is not None):
         error("--persistent-workers and --prefetch-factor need --workers > 0 (they configure worker processes)")
@@ -92,7 +100,7 @@ def check(args, error):
             )
 
 
-def check_device(args, device):
+def check_device(args: argparse.Namespace, device: torch.device) -> None:
     """Options that only make sense on CUDA, refused once the device is known."""
     import torch
 
@@ -107,7 +115,9 @@ def check_device(args, device):
         )
 
 
-def precision(device, args):
+def precision(
+    device: torch.device, args: argparse.Namespace
+) -> tuple[torch.memory_format, Callable[[], AbstractContextManager[Any]]]:
     """The memory format and the autocast context of the step, settled once."""
     import torch
 
@@ -120,7 +130,9 @@ def precision(device, args):
     )
 
 
-def to_device_fn(device, args, prefetcher=None):
+def to_device_fn(
+    device: torch.device, args: argparse.Namespace, prefetcher: Any = None
+) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """The body of input/to_device: the tutorial's non-blocking copies, or the side-stream prefetcher's swap;
     then the NHWC layout where asked for."""
     memory_format, _ = precision(device, args)

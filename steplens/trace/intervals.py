@@ -1,7 +1,9 @@
 """Interval algebra on [start, end) lists: union, total, intersection, clipping, complement, difference."""
 
+from collections.abc import Iterable, Sequence
 
-def union(intervals):
+
+def union(intervals: Iterable[Sequence[float]]) -> list[list[float]]:
     """Sorted, merged [start, end) pairs."""
     out = []
     for s, e in sorted(intervals):
@@ -13,11 +15,11 @@ def union(intervals):
     return out
 
 
-def total(merged):
+def total(merged: Iterable[Sequence[float]]) -> float:
     return sum(e - s for s, e in merged)
 
 
-def intersect(a, b):
+def intersect(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> list[list[float]]:
     """Intersection of two merged interval lists (two pointers)."""
     out, i, j = [], 0, 0
     while i < len(a) and j < len(b):
@@ -31,11 +33,11 @@ def intersect(a, b):
     return out
 
 
-def clip(merged, start, end):
+def clip(merged: Sequence[Sequence[float]], start: float, end: float) -> list[list[float]]:
     return intersect(merged, [[start, end]])
 
 
-def complement(merged, start, end):
+def complement(merged: Sequence[Sequence[float]], start: float, end: float) -> list[list[float]]:
     out, cur = [], start
     for s, e in clip(merged, start, end):
         if s > cur:
@@ -46,7 +48,7 @@ def complement(merged, start, end):
     return out
 
 
-def minus(a, b):
+def minus(a: Iterable[Sequence[float]], b: Sequence[Sequence[float]]) -> list[list[float]]:
     """The parts of merged intervals a outside merged intervals b."""
     out = []
     for s, e in a:

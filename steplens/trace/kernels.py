@@ -10,6 +10,8 @@ sum to the GPU busy time. The classes and both invariants: docs/EVIDENCE.md#what
 
 import re
 import statistics
+from collections.abc import Sequence
+from typing import Any
 
 COPIES = "copies and memsets"
 OTHER = "other"
@@ -86,7 +88,7 @@ def _triton(name, low):
     return OTHER
 
 
-def classify(name, cat="kernel"):
+def classify(name: str | None, cat: str = "kernel") -> str:
     """The class of one GPU event, from its name (and its cat: the copy engine's events are copies)."""
     if cat in COPY_CATS:
         return COPIES
@@ -110,7 +112,7 @@ def _exclusive(events):
     return out
 
 
-def breakdown(events, top=0):
+def breakdown(events: Sequence[tuple[str, str, float, float]], top: int = 0) -> dict[str, Any]:
     """GPU time by class of events (name, cat, start_us, end_us).
 
     Returns {"busy_us": union of the intervals, "kernel_us": plain sum of durations, "overlap_us": their
@@ -157,7 +159,7 @@ def breakdown(events, top=0):
     return out
 
 
-def top_classes(classes, n=3):
+def top_classes(classes: dict[str, dict[str, Any]], n: int = 3) -> str:
     """The n classes with the largest share, as 'class share' words: 'conv wgrad 31%, conv dgrad 22%, ...'."""
     ranked = sorted(((c["share"], cls) for cls, c in classes.items() if c.get("share")), reverse=True)[:n]
     return ", ".join(f"{SHORT[cls]} {share:.0%}" for share, cls in ranked)

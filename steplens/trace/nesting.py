@@ -10,6 +10,8 @@ import heapq
 import json
 from array import array
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 GPU_TRACK_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 PYTHON_CAT = "python_function"
@@ -27,7 +29,7 @@ class NestingError(Exception):
     pass
 
 
-def to_ns(value):
+def to_ns(value: float | str) -> int:
     """A JSON timestamp or duration in µs, as Perfetto's tokenizer turns it into integer nanoseconds."""
     if isinstance(value, int):
         return value * 1000
@@ -41,7 +43,7 @@ def to_ns(value):
     return -to_ns(-v)
 
 
-def complete_event(ev):
+def complete_event(ev: Any) -> tuple[tuple[Any, Any], int, int] | None:
     """(track, ts_ns, dur_ns) of a complete event the importer places on a thread track, else None."""
     if not isinstance(ev, dict) or ev.get("ph") != "X" or "dur" not in ev:
         return None
@@ -54,7 +56,7 @@ def complete_event(ev):
     return (ev.get("pid"), ev.get("tid")), ts, dur
 
 
-def complete_events(events):
+def complete_events(events: Iterable[Any]) -> Iterator[tuple[int, tuple[Any, Any], int, int]]:
     """(index, track, ts_ns, dur_ns) of each complete event the importer places on a thread track."""
     for i, ev in enumerate(events):
         found = complete_event(ev)
@@ -62,7 +64,7 @@ def complete_events(events):
             yield (i, *found)
 
 
-def by_start_then_longest(starts, ends, max_runs=64):
+def by_start_then_longest(starts: Sequence[float], ends: Sequence[float], max_runs: int = 64) -> Iterable[int]:
     """Indices ordered by start, the longest first among equal starts (an enclosing slice before its child).
 
     A trace lists a thread's slices almost in order (a few sorted runs): merging the runs holds one
@@ -93,7 +95,7 @@ def by_start_then_longest(starts, ends, max_runs=64):
     return order
 
 
-def accepts(stack, ts, dur):
+def accepts(stack: list[tuple[int, int]], ts: int, dur: int) -> bool:
     """The slice tracker's rule (MaybeCloseStack): pops what has closed; False if the new slice must be dropped.
 
     stack: [(end, dur)] of the open slices, outermost first; changed in place as the importer changes it.
@@ -119,23 +121,23 @@ class Tracks:
     def __init__(self):
         self.tracks = defaultdict(lambda: (array("q"), array("q"), array("q")))  # index, ts, end (ns)
 
-    def add(self, index, track, ts, dur):
+    def add(self, index: int, track: tuple[Any, Any], ts: int, dur: int) -> None:
         idx, starts, ends = self.tracks[track]
         idx.append(index)
         starts.append(ts)
         ends.append(ts + dur)
 
-    def add_event(self, index, ev):
+    def add_event(self, index: int, ev: Any) -> None:
         found = complete_event(ev)
         if found:
             self.add(index, *found)
 
-    def in_importer_order(self):
+    def in_importer_order(self) -> Iterator[tuple[tuple[Any, Any], list[tuple[int, int, int]]]]:
         """Per track: [(index, ts, dur)] as the importer sorts them (ts; the longer first; the file's order)."""
         for track, (idx, starts, ends) in self.tracks.items():
             yield track, [(idx[k], starts[k], ends[k] - starts[k]) for k in by_start_then_longest(starts, ends)]
 
-    def dropped(self):
+    def dropped(self) -> list[int]:
         """Indices of the complete events the importer (before v57.1) would drop, in file order."""
         out = []
         for _, slices in self.in_importer_order():
@@ -148,19 +150,19 @@ class Tracks:
         return sorted(out)
 
 
-def gather(events):
+def gather(events: Iterable[Any]) -> Tracks:
     tracks = Tracks()
     for i, track, ts, dur in complete_events(events):
         tracks.add(i, track, ts, dur)
     return tracks
 
 
-def dropped(events):
+def dropped(events: Iterable[Any]) -> list[int]:
     """Indices of the complete events Perfetto's importer (before v57.1) would drop, in file order."""
     return gather(events).dropped()
 
 
-def violations(events):
+def violations(events: Iterable[Any]) -> int:
     """How many complete events Perfetto's importer (before v57.1) would drop."""
     return len(dropped(events))
 
@@ -215,7 +217,7 @@ def _lanes_for_gpu_track(slices):
     return where
 
 
-def repair_file(path):
+def repair_file(path: str) -> dict[str, float]:
     """Repair a Chrome trace file (.json or .json.gz) in place: read, repair, write back in the same format.
 
     Meant for a file no reader sees yet (profile mode repairs its temp file before renaming it). Returns
@@ -246,7 +248,7 @@ def _loads(data):
     return json.loads(data)
 
 
-def repair(events):
+def repair(events: Iterable[Any]) -> tuple[list[Any], dict[str, float]]:
     """Events that every Perfetto version imports whole, and what was changed: {clipped, clipped_max_us, moved}.
 
     (a) A Python slice (cat python_function) that crosses a slice of another kind on its thread is clipped
@@ -328,7 +330,9 @@ def _sibling(pid, tid, lane, used, names, added):
     return sib
 
 
-def crossing_slices(slices_by_thread):
+def crossing_slices(
+    slices_by_thread: dict[tuple[Any, Any], tuple[Sequence[float], Sequence[float]]],
+) -> dict[tuple[Any, Any], int]:
     """Per thread, slices that start inside another slice and end after it (they cross).
 
     slices_by_thread: {thread: (starts, ends)} as two parallel sequences.

@@ -5,6 +5,8 @@ The events of `traceEvents` are parsed one at a time from 1 MiB chunks (plain or
 import gzip
 import json
 import re
+from collections.abc import Iterator
+from typing import Any
 
 
 class TraceError(Exception):
@@ -80,7 +82,7 @@ class _Stream:
             self.pos += 1
 
 
-def iter_events(path, chunk=1 << 20):
+def iter_events(path: str, chunk: int = 1 << 20) -> Iterator[Any]:
     """The trace's events one by one, from a {"traceEvents": [...], ...} object or a bare array."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
@@ -110,7 +112,7 @@ def iter_events(path, chunk=1 << 20):
         raise TraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from e
 
 
-def load_events(path):
+def load_events(path: str) -> list[Any]:
     """The whole event list at once (json.load): the reference the streaming reader is checked against."""
     opener = gzip.open if path.endswith(".gz") else open
     try:

@@ -2,6 +2,8 @@
 
 from array import array
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 from steplens.scopes import SCOPES
 from steplens.trace import nesting
@@ -60,7 +62,7 @@ class Trace:
         self.complete = nesting.Tracks()
 
 
-def extract(events):
+def extract(events: Iterable[Any]) -> Trace:
     """One pass over the events (a list or a stream), keeping only compact tuples."""
     t = Trace()
     names = {}  # one string object per distinct name
@@ -117,7 +119,7 @@ def extract(events):
     return t
 
 
-def bucket(events):
+def bucket(events: list[tuple]) -> dict[str, Any]:
     """A line's worth about GPU events charged to no step (launched before the trace, or between steps)."""
     if not events:
         return {"events": 0, "kernels": 0, "gpu_work_us": 0.0, "first_us": None, "last_us": None}

@@ -37,8 +37,7 @@ import traceback
 from steplens import scopes
 from steplens.errors import UserError
 from steplens.evidence import attribution, cycle_evidence, flops
-from steplens.job import capture, checks, distributed, learning, machine, rank_outputs, runrecord
-from steplens.job import outputs as outputs_of
+from steplens.job import bench_outputs, capture, checks, distributed, learning, machine, rank_outputs, runrecord
 from steplens.job.data import (
     CIFAR10_MEAN,
     CIFAR10_STD,
@@ -373,7 +372,7 @@ def main(argv=None):
                 args.amp,
                 world.world_size,
             )
-            outputs = outputs_of.log_bench(record, results, args)
+            outputs = bench_outputs.log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
         runrecord.finish_record(world, record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
     except StopRequested as e:

@@ -54,7 +54,7 @@ LAYERS = {
         "steplens.job.capture",
         "steplens.job.distributed",
         "steplens.job.rank_outputs",
-        "steplens.job.outputs",
+        "steplens.job.bench_outputs",
         "steplens.job.settings",
     ],
     "top": ["steplens.viewer", "steplens.cli", "steplens.__main__", "train"],

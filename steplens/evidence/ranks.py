@@ -362,7 +362,7 @@ def across(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "spread_median_us": {k: _median(s["spread"][k] for s in steps) for k in steps[0]["spread"]},
         "traces": {str(r): by_rank[r]["traces"] for r in ranks},
     }
-    result["verdict"] = verdict(result)
+    result["verdict"] = straggler_verdict(result)
     return result
 
 
@@ -409,7 +409,7 @@ def _compared(result):
     return "wall time (work unavailable on rank " + ", rank ".join(result["figures_unavailable"]) + f": {RUNS_AHEAD})"
 
 
-def verdict(result: dict[str, Any]) -> str:
+def straggler_verdict(result: dict[str, Any]) -> str:
     key, what = result["slowest_by"], _compared(result)
     if result["slowest_rank"] is None:
         return (

@@ -52,3 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     os.execve(haupt, cmd, viewer_env(os.environ))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

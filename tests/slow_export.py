@@ -8,10 +8,9 @@ import runpy
 import sys
 import time
 
-from steplens.job import capture
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's steplens
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
+from steplens.job import capture  # noqa: E402
 
 seconds = float(sys.argv.pop(1))
 export = capture.TraceWriter.__call__

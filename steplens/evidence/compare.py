@@ -487,3 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("POLYAXON_RUN_INSTANCE"):
         log_to_polyaxon(paths)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

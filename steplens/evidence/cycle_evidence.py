@@ -369,7 +369,7 @@ def headline_verdict(
     picked: list[tuple[int, dict[str, Any]]] | None,
     on: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """summarize.verdict over the headline's cycles (or steps), told where the capture limits it: no verdict
+    """diagnosis.verdict over the headline's cycles (or steps), told where the capture limits it: no verdict
     where a refill may hide the input waits, and the profiler's slow-down weighed (profiler_caveat)."""
     if head["null_reasons"].get("input_wait"):
         return {

@@ -168,3 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(out)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

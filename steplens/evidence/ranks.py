@@ -558,3 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(format_text(result))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,10 +22,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from steplens.evidence.comparison import OFF_AT_ZERO
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 from steplens.atomic import recorded_file
+from steplens.evidence.comparison import OFF_AT_ZERO
 
 # Settings that every run has; any other setting that is switched on is a candidate fix worth naming.
 BASE_SETTINGS = {
@@ -149,7 +147,7 @@ def figure(r: dict[str, Any], key: str, fmt: str) -> str:
 
 
 def local_path(r: dict[str, Any], path: str) -> str:
-    """A file the run recorded (runinfo.recorded_file), or its path marked missing."""
+    """A file the run recorded (steplens.atomic.recorded_file), or its path marked missing."""
     return recorded_file(path, r["base"]) or f"{path} (missing)"
 
 
@@ -368,3 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     sys.stdout.write(report(runs))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

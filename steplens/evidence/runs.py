@@ -104,7 +104,7 @@ def record_from(
             )
             if p
         ],
-        # GPU time by kernel class (summarize.headline), recorded in run.json by profile runs that have it
+        # GPU time by kernel class (diagnosis.headline), recorded in run.json by profile runs that have it
         "gpu_top_classes": outputs.get("gpu_top_classes")
         or ((run_json.get("results") or {}).get("evidence") or {}).get("gpu_top_classes"),
     }

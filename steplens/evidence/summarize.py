@@ -357,3 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(format_table(evidences))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,7 +11,7 @@ train.py --ddp is started by torchrun, one process per GPU (LOCAL_RANK picks the
 Every rank runs the same steps and profiles the same ProfilerStep numbers; traces go under
 traces/rank{R}/. Rank 0 alone owns the Polyaxon run: it broadcasts its outputs folder, every
 rank writes there (locally one folder; on Polyaxon each replica's sidecar uploads the same
-run's outputs), and rank 0 logs every rank's files once they exist (runinfo.start_record and
+run's outputs), and rank 0 logs every rank's files once they exist (runrecord.start_record and
 finish_record). The figures across ranks (the global rate, the slow rank) are steplens ranks's. Without
 --ddp, World() is a world of one and every method here leaves the single-process path exactly as it was.
 """

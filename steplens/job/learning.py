@@ -3,7 +3,7 @@
 A change that makes the step faster must still let the model learn. On --data learnable the loss falls towards
 zero when it does; bench mode records each window step's loss (loss_first, loss_final, the metric
 window_loss) and steplens compare sets each group's final loss beside its rate.
-Nothing here imports torch: train.py hands it in.
+Torch is imported only inside the functions that use it.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ class DeviceBatches:
     def facts(self, mean: Sequence[float], std: Sequence[float]) -> dict[str, Any]:
         """What run.json says of the input: the transform and the batches, no DataLoader."""
         return {
-            "input_transform": f"on the device, batched (speedups.gpu_input.augment): RandomCrop(32, padding=4, "
-            f"fill=0), RandomHorizontalFlip(p=0.5), /255, Normalize({mean}, {std})",
+            "input_transform": "on the device, batched (steplens.speedups.gpu_input.augment): "
+            f"RandomCrop(32, padding=4, fill=0), RandomHorizontalFlip(p=0.5), /255, Normalize({mean}, {std})",
             "loader": {
                 "kind": "device",
                 "note": "batches assembled and augmented on the device, no DataLoader",

@@ -94,3 +94,9 @@ def test_pip_install_gives_a_command_that_reads_a_stored_h200_trace_without_torc
     )
     assert drawn.returncode == 0, drawn.stderr[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_picture_into_a_missing_folder_is_refused_in_one_line(tmp_path):
+    done = steplens("picture", stored_h200_trace(), "--out", str(tmp_path / "missing" / "x.png"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "is not a folder" in done.stderr and "Traceback" not in done.stderr

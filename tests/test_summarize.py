@@ -642,3 +642,17 @@ def test_scaled_trace_repeats_the_original_per_step(tmp_path):
         for k in keys:
             assert close(s[k], o[k]), (i, k, s[k], o[k])
     assert b["launched_before_trace"]["events"] == 3 * a["launched_before_trace"]["events"]
+
+
+def test_the_mean_per_step_column_of_the_gpu_lag_is_the_mean_of_the_steps():
+    """The window's gpu_lag_us is the lag after its last step; the table's mean/step column is the steps' mean."""
+    runs = os.path.join(ROOT, "results", "h200-warmup", "offline", "runs")
+    trace = sorted(glob.glob(os.path.join(runs, "*", "outputs", "traces", "*.pt.trace.json.gz")))[0]
+    ev = summarize.summarize_file(trace)
+    lags = [s["gpu_lag_us"] / 1e3 for s in ev["steps"]]
+    assert len(set(round(v, 2) for v in lags)) > 1, "a trace whose steps lag alike cannot tell the mean from the last"
+    row = next(line for line in formatting.format_table([ev]).splitlines() if line.startswith("gpu lag after step"))
+    cells = row.split()[-len(lags) - 1 :]
+    assert [float(c) for c in cells[:-1]] == [round(v, 2) for v in lags]
+    assert float(cells[-1]) == round(sum(lags) / len(lags), 2), row
+    assert ev["window"]["gpu_lag_us"] == max(s["gpu_lag_us"] for s in ev["steps"]), "the window keeps the last lag"

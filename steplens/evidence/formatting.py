@@ -49,10 +49,14 @@ SHARES = {
 }
 
 
-def mean_per_step(window: dict[str, Any]) -> dict[str, Any]:
-    """The window's additive figures divided by its step count (shares and medians stay)."""
+def mean_per_step(window: dict[str, Any], steps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The window's additive figures divided by its step count (shares and medians stay). With the steps, the GPU's
+    lag after a step is their mean (the window's own gpu_lag_us is the lag after its last step)."""
     n = window["steps"]
     m = dict(window)
+    lags = [s["gpu_lag_us"] for s in steps or [] if s.get("gpu_lag_us") is not None]
+    if lags:
+        m["gpu_lag_us"] = sum(lags) / len(lags)
     for k in (
         "wall_us",
         "gpu_busy_us",
@@ -186,7 +190,7 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
     rows_used = ROWS if any(ev["has_gpu"] for ev in evidences) else ROWS[: 2 + len(SCOPES)]
     if len(evidences) == 1:
         ev = evidences[0]
-        cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("mean/step", mean_per_step(ev["window"]))]
+        cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("mean/step", mean_per_step(ev["window"], ev["steps"]))]
         header = ["figure"] + [c for c, _ in cols] + ["share of step"]
         rows = [
             [label]
@@ -202,7 +206,7 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
             header.append("B/A")
         rows = []
         for label, g, fmt in rows_used:
-            vals = [_value(g, mean_per_step(ev["window"])) for ev in evidences]
+            vals = [_value(g, mean_per_step(ev["window"], ev["steps"])) for ev in evidences]
             row = [label] + [_fmt(v, fmt) for v in vals]
             if len(evidences) == 2:
                 a, b = vals

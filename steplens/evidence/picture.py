@@ -160,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     summarize.add_reading_options(p)
     args = p.parse_args(argv)
     out = args.out or args.trace.rsplit(".pt.trace.", 1)[0].rsplit(".json", 1)[0] + ".steps.png"
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):  # before reading the trace: a bad place costs a line, not the reading
+        print(f"steplens picture: error: {folder} is not a folder: create it, or pass --out elsewhere", file=sys.stderr)
+        return 2
     try:
         evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
         draw(evidence, out, os.path.basename(args.trace))

@@ -270,3 +270,18 @@ def test_public_functions_of_the_package_have_type_hints():
                     where = f"{owner}.{node.name}" if owner else node.name
                     missing.append(f"{name}.{where}" + (f" (args {bare})" if bare else " (return)"))
     assert not missing, f"{len(missing)} public functions without type hints: {missing[:20]}"
+
+
+def test_the_source_hash_covers_train_py_and_every_module_of_the_package():
+    """run.json's source_sha256 changes when any code the job runs changes: train.py and all of steplens/."""
+    from steplens.job import paths
+
+    files = {os.path.relpath(p, ROOT) for p in paths.source_files()}
+    package = {
+        os.path.relpath(os.path.join(d, f), ROOT)
+        for d, _, fs in os.walk(os.path.join(ROOT, "steplens"))
+        for f in fs
+        if f.endswith(".py")
+    }
+    assert files == package | {"train.py"}, sorted(files ^ (package | {"train.py"}))
+    assert paths.DEFAULT_OFFLINE_ROOT == os.path.join(ROOT, ".polyaxon-offline"), "offline runs land at the root"

@@ -24,8 +24,8 @@ import tempfile
 import time
 import urllib.request
 
-OWNER = "default"
-PROJECT = "pytorch-training-profiler"
+from steplens.polyaxonenv import OWNER, PROJECT  # the local runs' owner and project
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 

@@ -9,6 +9,7 @@ steplens viewer [--path ROOT]            Polyaxon's own UI over offline runs, on
 """
 
 import importlib
+import signal
 import sys
 
 # subcommand: (module, one line). Each module's main(argv) parses its own flags, so `python -m` and the
@@ -43,5 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in COMMANDS:
         print(f"steplens: error: unknown subcommand {argv[0]!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
+    if hasattr(signal, "SIGPIPE"):  # `steplens summarize --json T | head` ends quietly, as other commands do
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     module = importlib.import_module(COMMANDS[argv[0]][0])
     return module.main(argv[1:])

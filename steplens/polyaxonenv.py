@@ -2,6 +2,9 @@
 
 import os
 
+OWNER = "default"  # what offline tracking and the local viewer call the owner
+PROJECT = "pytorch-training-profiler"  # the Polyaxon project of local runs
+
 
 def is_managed() -> bool:
     return bool(os.environ.get("POLYAXON_RUN_INSTANCE")) or os.environ.get("POLYAXON_IS_MANAGED", "").lower() in (

@@ -9,6 +9,8 @@ import os
 import shutil
 import sys
 
+from steplens.polyaxonenv import OWNER, PROJECT
+
 DEFAULT_ROOT = ".polyaxon-offline"
 
 
@@ -21,6 +23,11 @@ def viewer_env(environ: dict) -> dict:
 
 def viewer_command(haupt: str, root: str, port: int) -> list[str]:
     return [haupt, "viewer", "--host", "127.0.0.1", "--port", str(port), "--path", os.path.abspath(root)]
+
+
+def runs_page(port: int) -> str:
+    """The page that lists the local runs: a row per run, its readme one click away."""
+    return f"http://127.0.0.1:{port}/ui/{OWNER}/{PROJECT}/runs"
 
 
 def find_haupt() -> str | None:
@@ -48,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cmd = viewer_command(haupt, args.path, args.port)
     print(
-        f"Polyaxon's UI over {os.path.abspath(args.path)}: http://127.0.0.1:{args.port}/ui/ (Ctrl-C stops it)",
+        f"Polyaxon's UI over {os.path.abspath(args.path)}: {runs_page(args.port)} (Ctrl-C stops it)",
         flush=True,
     )
     os.execve(haupt, cmd, viewer_env(os.environ))

@@ -100,3 +100,28 @@ def test_a_picture_into_a_missing_folder_is_refused_in_one_line(tmp_path):
     done = steplens("picture", stored_h200_trace(), "--out", str(tmp_path / "missing" / "x.png"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "is not a folder" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_input_scope_the_trace_lacks_is_named_in_the_verdict():
+    """A typo in --input-scope: the verdict says no annotation has that name, not that none was given."""
+    done = steplens("summarize", "--input-scope", "my/fetchh", stored_h200_trace())
+    first = done.stdout.splitlines()[0]
+    assert done.returncode == 0 and "no user annotation named 'my/fetchh'" in first, first
+    assert "no --input-scope" not in first, first
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """steplens summarize --json TRACE | true: no BrokenPipeError traceback when the reader stops before it."""
+    proc = subprocess.run(
+        f"{sys.executable} -m steplens summarize --json {stored_h200_trace()} | true",
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_the_viewer_names_the_page_of_the_local_runs():
+    assert viewer.runs_page(8001) == "http://127.0.0.1:8001/ui/default/pytorch-training-profiler/runs"

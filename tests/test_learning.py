@@ -348,3 +348,23 @@ def test_compare_reads_no_ramp_as_the_older_runs_absent_setting():
     assert comparison.baseline_groups("lr_warmup_steps=0", groups) == [1], "0 names the runs without a ramp"
     assert comparison.baseline_groups("lr_warmup_steps=off", groups) == [1]
     assert comparison.baseline_groups("lr_warmup_steps=50", groups) == [0]
+
+
+class _Record(dict):
+    def log_steps(self, name, values):
+        self[name] = values
+
+
+@pytest.mark.parametrize("data,noted", [("synthetic", True), ("learnable", False), ("cifar10", False)])
+def test_the_loss_line_says_when_the_labels_are_noise(data, noted):
+    """--data synthetic draws random labels: its loss cannot fall, and the bench line says so instead of
+    letting a rising loss read as divergence."""
+    results = {
+        "window_losses": [2.3, 2.4],
+        "loss_first": 2.3,
+        "loss_final": 2.4,
+        "loss_final_steps": 1,
+        "loss_diverged_step": None,
+    }
+    line = learning.log_losses(_Record(settings={"data": data}), results)
+    assert ("random labels" in line) == noted, line

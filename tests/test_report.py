@@ -161,3 +161,12 @@ def test_a_zero_warm_up_ramp_is_not_shown_as_a_flag():
     assert "--lr-warmup-steps" not in report.configuration({"workers": 4, "lr_warmup_steps": 0})
     assert "--lr-warmup-steps 80" in report.configuration({"workers": 4, "lr_warmup_steps": 80})
     assert report.configuration({"workers": 4, "amp": "off", "fused_sgd": False}) == "--workers 4"
+
+
+def test_a_short_id_as_the_report_prints_it_selects_its_run(tmp_path):
+    """The report prints 8-character ids; given back, such a unique prefix picks the run it names."""
+    fabricated(tmp_path)
+    runs = report.load_runs(str(tmp_path), ["bbbbbbbb"])
+    assert [r["uuid"] for r in runs] == ["b" * 32] and runs[0]["plx"]["status"] == "succeeded"
+    missing = report.load_runs(str(tmp_path), ["0123abcd"])
+    assert missing[0]["plx"]["status"] == "no run.plx.json", "an id that matches nothing is said to be missing"

@@ -50,9 +50,7 @@ def headline(evidences: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]
     out["gpu_idle_share"] = idle / pace if pace else None
     gap = sum_known(windows, lambda w: w["input_gap_us"])
     if gap is None:
-        out["null_reasons"]["input_gap_share"] = "; ".join(
-            dict.fromkeys((ev.get("input_source") or {}).get("null_reason") or NO_INPUT for ev in evidences)
-        )
+        out["null_reasons"]["input_gap_share"] = no_input_reason(evidences)
     out["input_gap_share"] = None if gap is None else (gap / idle if idle else 0.0)
     spans = [w["gpu_span_null_reason"] for w in windows if w["gpu_span_null_reason"]]
     if spans:
@@ -171,12 +169,17 @@ def _source(evidences):
     return names.pop() if len(names) == 1 else None
 
 
-def _cpu_verdict(out, cpu, wall, named):
+def no_input_reason(evidences: list[dict[str, Any]]) -> str:
+    """Why the traces give no input figure, in their own words (a missing --input-scope says its name)."""
+    return "; ".join(dict.fromkeys((ev.get("input_source") or {}).get("null_reason") or NO_INPUT for ev in evidences))
+
+
+def _cpu_verdict(out, cpu, wall, named, no_input=NO_INPUT):
     """A CPU-only trace: the largest CPU part holds the step (it cannot tell whether a GPU would wait)."""
     if not cpu:
         out["sentence"] = (
             f"Cannot tell: a CPU-only trace without the four scopes or an input source shows "
-            f"neither GPU tracks nor where the CPU's time goes ({NO_INPUT})."
+            f"neither GPU tracks nor where the CPU's time goes ({no_input})."
         )
         return out
     part = max(cpu, key=cpu.get)
@@ -266,7 +269,7 @@ def verdict(
         cpu[OUTSIDE_SCOPES] = wall - cpu["input"]
     cpu = {k: v for k, v in cpu.items() if v is not None}
     if not all(ev["has_gpu"] for ev in evidences):
-        return _cpu_verdict(out, cpu, wall, named)
+        return _cpu_verdict(out, cpu, wall, named, no_input_reason(evidences))
     # 3) a GPU trace: GPU compute holds the step when busy for GPU_BOUND_AT of it, else its largest wait
     missing = [p.get("gpu_null_reason") for p in parts if p.get("gpu_idle_us") is None or not p.get("pace_us")]
     if missing:
@@ -280,12 +283,12 @@ def verdict(
             f"Cannot tell which stage holds the step: the GPU sits idle waiting for the host for "
             f"{_pct(shares[part])} of it outside the input, and the trace carries none of the four "
             "scopes, so it cannot say for what (add them to the loop: docs/EVIDENCE.md)."
-            + ("" if gap is not None else f" No input figure: {NO_INPUT}.")
+            + ("" if gap is not None else f" No input figure: {no_input_reason(evidences)}.")
         )
         return out
     _gpu_sentence(out, shares, part, named)
     if gap is None:
-        out["sentence"] += f" No input figure: {NO_INPUT}."
+        out["sentence"] += f" No input figure: {no_input_reason(evidences)}."
     elif source and source != NEXT_BATCH:
         out["sentence"] += f" The input is read from {source}."
     return out

@@ -77,12 +77,19 @@ def parse_time(text: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+def expand_id(uuid: str, present: Sequence[str]) -> str:
+    """A run's full uuid from the short id the report prints (a unique prefix); else the id as given."""
+    matches = [p for p in present if p.startswith(uuid)]
+    return matches[0] if len(matches) == 1 else uuid
+
+
 def load_runs(root: str, uuids: Sequence[str] = (), since: datetime | None = None) -> list[dict[str, Any]]:
     """The runs under root (those in uuids, or created at or after since), oldest first."""
     runs_dir = os.path.join(root, "runs")
     if not os.path.isdir(runs_dir):
         raise ReportError(f"{root} holds no offline runs (no runs/ folder)")
-    wanted = list(uuids) or sorted(os.listdir(runs_dir))
+    present = sorted(os.listdir(runs_dir))
+    wanted = [expand_id(u, present) for u in uuids] or present
     runs = []
     for uuid in wanted:
         base = os.path.join(runs_dir, uuid)

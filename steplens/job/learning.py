@@ -130,7 +130,10 @@ def log_losses(record: RunRecord, results: dict[str, Any]) -> str:
             f"bench: loss {first} at the window's first step; not finite from window step "
             f"{results['loss_diverged_step']} on: the training diverged (lower --lr)"
         )
-    return (
+    line = (
         f"bench: loss {first} at the window's first step, {results['loss_final']:.4f} over its last "
         f"{results['loss_final_steps']} (mean)"
     )
+    if (record["settings"] or {}).get("data") == "synthetic":  # noise labels: the loss cannot fall
+        line += "; --data synthetic has random labels, so this loss says nothing of learning (--data learnable does)"
+    return line

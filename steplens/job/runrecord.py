@@ -15,12 +15,10 @@ from steplens.errors import UserError
 from steplens.job import overview
 from steplens.job.machine import comparable_facts, environment, package_inventory, set_threads
 from steplens.job.paths import DEFAULT_OFFLINE_ROOT
-from steplens.polyaxonenv import is_managed, managed_identity
+from steplens.polyaxonenv import PROJECT, is_managed, managed_identity
 
 if TYPE_CHECKING:
     import torch
-
-PROJECT = "pytorch-training-profiler"
 
 
 def start_tracking(name: str, tags: list[str]) -> ModuleType:

@@ -4,15 +4,16 @@
 # make lint    ruff: the format check and the linter (line length 120)
 # make viewer  Polyaxon's UI over the local runs, on 127.0.0.1:8001, with its scripts served locally
 # All build .venv from requirements-dev.txt first (6.2 GB: torch brings its CUDA libraries even on
-# a CPU-only machine); it is rebuilt when that file changes.
+# a CPU-only machine); it is rebuilt when that file or pyproject.toml changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt | sha256sum | cut -c1-12)
+# pyproject.toml too: its console command and extras are installed with the package (-e . in requirements-dev.txt)
+STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: setup run bench-alternating compare test lint format viewer clean
 
-$(STAMP): requirements-dev.txt
+$(STAMP): requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements-dev.txt

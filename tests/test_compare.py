@@ -281,7 +281,7 @@ def test_runs_with_and_without_machine_ids_are_never_pooled_silently():
 
 
 def test_machine_ids_are_outputs_among_the_comparable_facts_and_read_back(tmp_path):
-    """runinfo reads the ids from their files (an empty or uninitialized machine id is none); the outputs carry
+    """machine.host_ids reads the ids from their files (an empty or uninitialized machine id is none); the outputs carry
     them as env_*, and steplens compare reads them from the outputs as from run.json."""
     (tmp_path / "etc").write_text("uninitialized\n")
     (tmp_path / "dbus").write_text("abc123\n")

@@ -769,3 +769,14 @@ def test_the_lever_study_turns_its_order_each_round(tmp_path):
         ("3", "5"),
     ], jobs
     assert calls[-1].startswith("-m steplens compare --offline")
+
+
+def test_groups_that_differ_in_two_settings_are_warned_about_and_one_setting_is_not():
+    """B changes workers and batch size at once: a difference cannot be pinned on either, and the result says so;
+    a study that changes workers alone carries no such warning."""
+    two = comparison.compare_records(study([100.0] * 3, [200.0] * 3, batch_size=256))
+    assert two["varying"] == ["batch_size", "workers"]
+    assert any("more than one setting (batch_size, workers)" in w for w in two["warnings"]), two["warnings"]
+    one = comparison.compare_records(study([100.0] * 3, [200.0] * 3))
+    assert not any("more than one setting" in w for w in one["warnings"]), one["warnings"]
+    assert "more than one setting" in compare.markdown(two), "the warning reaches the Markdown report"

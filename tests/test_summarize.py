@@ -455,9 +455,12 @@ def test_real_cpu_trace_from_profile_mode(profile_run):
 
 
 def stored(pattern="*"):
-    return sorted(
+    """Stored H200 traces; none found fails (a loop over nothing would pass whatever the code does)."""
+    found = sorted(
         glob.glob(os.path.join(RESULTS, pattern, "profile", "runs", "*", "outputs", "traces", "*.pt.trace.json.gz"))
     )
+    assert found, f"no stored traces under results/{pattern}/profile: did results/ move?"
+    return found
 
 
 def run_json(trace):
@@ -466,7 +469,9 @@ def run_json(trace):
 
 
 def graph_traces():
-    return [t for t in stored("h200-graph") if run_json(t)["settings"]["cuda_graph"]]
+    found = [t for t in stored("h200-graph") if run_json(t)["settings"]["cuda_graph"]]
+    assert found, "no stored CUDA-graph traces under results/h200-graph"
+    return found
 
 
 def test_stored_traces_stream_to_the_same_evidence_as_json_load():
@@ -507,9 +512,11 @@ def test_stored_graph_traces_count_the_same_kernels_in_every_replay():
 
 
 def reprofile(kind):
-    return sorted(
+    found = sorted(
         glob.glob(os.path.join(RESULTS, "h200-reprofile", kind, "runs", "*", "outputs", "traces", "*.pt.trace.json.gz"))
     )
+    assert found, f"no stored traces under results/h200-reprofile/{kind}: did results/ move?"
+    return found
 
 
 def test_stored_traces_keep_gpu_work_within_the_gpu_span():
@@ -656,3 +663,26 @@ def test_the_mean_per_step_column_of_the_gpu_lag_is_the_mean_of_the_steps():
     assert [float(c) for c in cells[:-1]] == [round(v, 2) for v in lags]
     assert float(cells[-1]) == round(sum(lags) / len(lags), 2), row
     assert ev["window"]["gpu_lag_us"] == max(s["gpu_lag_us"] for s in ev["steps"]), "the window keeps the last lag"
+
+
+def test_the_reader_streams_its_memory_stays_a_small_fraction_of_the_file(tmp_path):
+    """The largest stored H200 trace (a workers=0 profile, 49 MB of JSON), read event by event: tracemalloc's peak
+    stays under a quarter of the file's size (about a tenth here; json.load of the same file peaks near 5x)."""
+    import tracemalloc
+
+    stored = max(
+        glob.glob(os.path.join(ROOT, "results", "**", "*.pt.trace.json.gz"), recursive=True), key=os.path.getsize
+    )
+    plain = tmp_path / "t.pt.trace.json"
+    with gzip.open(stored, "rb") as src, open(plain, "wb") as dst:
+        dst.write(src.read())
+    size = os.path.getsize(plain)
+    assert size > 20e6, f"the largest stored trace is only {size / 1e6:.1f} MB: the bound would prove little"
+    tracemalloc.start()
+    try:
+        events = sum(1 for _ in reader.iter_events(str(plain)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert events > 100_000, events
+    assert peak < size / 4, f"reading held {peak / 1e6:.1f} MB for a {size / 1e6:.1f} MB file: not a stream"

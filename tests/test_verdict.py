@@ -536,3 +536,16 @@ def test_an_uncertain_verdict_says_so_in_the_run_description():
     description, readme = overview.succeeded(data, os.path.dirname(path))
     assert description.endswith("uncertain (host-side launch overhead only in the profiled steps)")
     assert "Uncertain: in the profiled steps" in readme
+
+
+@pytest.mark.parametrize("runner_up_us,named", [(70.6, True), (69.4, False)])
+def test_the_runner_up_window_is_ten_percent_of_the_step_on_either_side(runner_up_us, named):
+    """Input waits 100 of a 300 us step (33.3%); a launch wait 0.6 us inside diagnosis.CLOSE (98 of 100 per mille
+    behind) is named beside it, one 0.6 us outside (102 per mille behind) is not."""
+    assert diagnosis.CLOSE == 0.10, "the window these cases sit on either side of"
+    waits = {NEXT_BATCH: 100.0, "train/forward_backward": runner_up_us, "train/optimizer": 0.0}
+    idle = 100.0 + runner_up_us  # every idle microsecond waits for the host: nothing is queued on the GPU
+    v = diagnosis.verdict(figures(waits=waits, host_wait_us=idle, gpu_idle_us=idle, gpu_busy_us=300.0 - idle))
+    assert v["stage"] == "waiting for input"
+    assert (v["runner_up"] is not None) == named, v
+    assert ("closely followed by" in v["sentence"]) == named, v["sentence"]

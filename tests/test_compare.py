@@ -782,3 +782,28 @@ def test_groups_that_differ_in_two_settings_are_warned_about_and_one_setting_is_
     one = comparison.compare_records(study([100.0] * 3, [200.0] * 3))
     assert not any("more than one setting" in w for w in one["warnings"]), one["warnings"]
     assert "more than one setting" in compare.markdown(two), "the warning reaches the Markdown report"
+
+
+def test_the_study_goes_on_past_a_failing_job_then_exits_1(tmp_path):
+    """scripts/study.sh, which the README offers for testing one's own change, with a stand-in Python: the job
+    of the second configuration fails in round 1; every other job still runs, alternating, then the comparison;
+    the study exits 1 and names one failure."""
+    stub = tmp_path / "py"
+    stub.write_text(
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\ncase "$*" in *"--seed 2"*"--repeat 1"*) exit 3 ;; esac\nexit 0\n'
+    )
+    stub.chmod(0o755)
+    env = {**os.environ, "PY": str(stub), "PIN": "", "CONFIGS": "--seed 1;--seed 2"}
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "study.sh"), str(tmp_path / "root"), "2", "--no-profile"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 failure(s)" in proc.stderr, proc.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    jobs = [(c.split("--seed ")[1].split()[0], c.split("--repeat ")[1].split()[0]) for c in calls if "train.py" in c]
+    assert jobs == [("1", "1"), ("2", "1"), ("1", "2"), ("2", "2")], jobs
+    assert calls[-1].startswith("-m steplens compare --offline"), calls[-1]

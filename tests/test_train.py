@@ -204,13 +204,16 @@ def test_bad_flag_refused_in_one_line_before_heavy_work(tmp_path, argv, flag):
 
 
 def test_bad_flags_never_import_torch():
-    """Flags are checked before torch (and CUDA) is touched."""
+    """Flags are checked before torch (and CUDA) is touched, through train.main as the job runs it: a bad flag
+    costs one line and exit 2, not torch's load time."""
     code = (
-        "import sys; sys.argv=['train.py','--mode','bench','--workers','-1']; import train\n"
-        "try:\n    train.parse_settings()\nexcept SystemExit as e:\n    print(e.code, 'torch' in sys.modules)"
+        "import sys, train\n"
+        "try:\n    train.main(['--mode', 'bench', '--workers', '-1'])\nexcept SystemExit as e:\n"
+        "    print(e.code, 'torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, f"not one line: {proc.stderr!r}"
 
 
 def test_the_settings_module_never_imports_torch():

@@ -22,6 +22,7 @@ import sys
 
 from steplens.atomic import write_atomic
 from steplens.evidence import attribution, summarize
+from steplens.evidence.formatting import damage_lines
 from steplens.trace import kernels, reader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,6 +64,16 @@ def run_of(trace):
     except (OSError, ValueError):
         return {}
     return run if isinstance(run, dict) else {}
+
+
+def checked(trace):
+    """A trace's evidence; a trace damaged where its GPU events are read is refused, other damage is said."""
+    evidence = summarize.summarize_file(trace)
+    if evidence["damage_withheld"]:
+        raise TableError(f"{trace}: damaged where the classes are read: {evidence['damage_withheld']}")
+    for line in damage_lines(evidence):
+        print(f"class_table.py: warning: {trace}: {line}", file=sys.stderr)
+    return evidence
 
 
 def classes_of(trace, evidence, run):
@@ -236,7 +247,7 @@ def main(argv=None):
             print(f"class_table.py: error: {path}: its folder does not exist", file=sys.stderr)
             return 2
     try:
-        rows = [classes_of(t, summarize.summarize_file(t), run_of(t)) for t in args.traces]
+        rows = [classes_of(t, checked(t), run_of(t)) for t in args.traces]
     except (TableError, reader.TraceError) as e:
         print(f"class_table.py: error: {e}", file=sys.stderr)
         return 1

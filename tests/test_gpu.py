@@ -44,6 +44,9 @@ def test_gpu_profile_has_scopes_on_cpu_and_kernels_on_streams(tmp_path):
     ev = summarize.summarize_file(trace)
     assert 0.0 <= ev["gpu_idle_share"] <= 1.0 and ev["window"]["kernels"]["count"] > 100
     assert all(s["h2d"]["count"] == 2 for s in ev["steps"]), "one image and one target copy per step"
+    assert ev["damage"] == [] and ev["window"]["gpu_work_launches"] > 100
+    for c in record["results"]["cycles"]:  # Kineto's dropped records, per cycle, in run.json
+        assert 0 <= c["launches_without_gpu_work"] <= c["gpu_work_launches"]
 
 
 def test_gpu_bench_reports_a_rate(tmp_path):

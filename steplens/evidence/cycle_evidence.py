@@ -286,6 +286,9 @@ def write_cycle_files(
     text = formatting.format_table([evidence]) + "\n".join(capture_lines(c, account) + perfetto_line(c)) + "\n"
     c["evidence_txt"] = write_atomic(base + ".evidence.txt", text)
     c["evidence"] = diagnosis.headline(evidence)
+    if evidence["has_gpu"]:  # Kineto's dropped records, read from the trace: launches whose GPU work is missing
+        c["gpu_work_launches"] = evidence["window"]["gpu_work_launches"]
+        c["launches_without_gpu_work"] = evidence["window"]["launches_without_gpu_work"]
     c["step_wall_ms"] = {s["step"]: s["wall_us"] / 1000.0 for s in evidence["steps"]}
 
 

@@ -174,7 +174,7 @@ def no_input_reason(evidences: list[dict[str, Any]]) -> str:
     return "; ".join(dict.fromkeys((ev.get("input_source") or {}).get("null_reason") or NO_INPUT for ev in evidences))
 
 
-def _cpu_verdict(out, cpu, wall, named, no_input=NO_INPUT):
+def _cpu_verdict(out, cpu, wall, named, no_input=NO_INPUT, own=True, loader=True):
     """A CPU-only trace: the largest CPU part holds the step (it cannot tell whether a GPU would wait)."""
     if not cpu:
         out["sentence"] = (
@@ -184,14 +184,44 @@ def _cpu_verdict(out, cpu, wall, named, no_input=NO_INPUT):
         return out
     part = max(cpu, key=cpu.get)
     stage, nxt = CPU_STAGES[part]
+    nxt = nxt if own else _foreign_next(part, loader)
     out.update(stage=stage, part=part, share=cpu[part] / wall, next=nxt)
-    what = named if part == "input" else ("the rest of the step" if part == OUTSIDE_SCOPES else part)
+    what = _cpu_part_name(part, named)
+    detail = f"{what} takes {_pct(out['share'])} of the step's CPU time"
+    second = max((k for k in cpu if k != part), key=cpu.get, default=None)
+    if second is not None and cpu[second] > 0 and (cpu[part] - cpu[second]) / wall <= CLOSE:
+        out["runner_up"] = {"stage": CPU_STAGES[second][0], "part": second, "share": cpu[second] / wall}
+        detail += f", closely followed by {_cpu_part_name(second, named)} ({_pct(cpu[second] / wall)})"
     out["sentence"] = (
-        f"{stage[0].upper()}{stage[1:]} holds the step: {what} takes {_pct(out['share'])} "
-        "of the step's CPU time (a CPU-only trace has no GPU tracks: it cannot tell whether a "
-        f"GPU would wait). Next: {nxt}."
+        f"{stage[0].upper()}{stage[1:]} holds the step: {detail} (a CPU-only trace has no GPU tracks: it "
+        f"cannot tell whether a GPU would wait). Next: {nxt}."
     )
     return out
+
+
+def _cpu_part_name(part, named):
+    return named if part == "input" else ("the rest of the step" if part == OUTSIDE_SCOPES else part)
+
+
+# What to try next on a trace of someone else's loop (it lacks the four scopes): no companion flags.
+FOREIGN_NEXT = {
+    "busy": "make the GPU's work cheaper or larger (bf16 autocast, channels_last, torch.compile, a larger batch)",
+    "input": "more DataLoader worker processes (num_workers) within the job's CPUs, or a cheaper transform",
+    "input, no DataLoader": "prepare the next batch while the step runs (a DataLoader with worker processes, "
+    "or a background thread), or make it cheaper",
+}
+
+
+MEASURE = "then time the change without the profiler, a few runs each way"
+
+
+def _foreign_next(part, loader):
+    """The next step for a part of a loop that is not the companion's (no flags of train.py in it)."""
+    if part == "input":
+        return f"{FOREIGN_NEXT['input' if loader else 'input, no DataLoader']}, {MEASURE}"
+    if part in FOREIGN_NEXT:
+        return f"{FOREIGN_NEXT[part]}, {MEASURE}"
+    return STAGES[part][2] if part in STAGES and "--" not in STAGES[part][2] else CPU_STAGES[OUTSIDE_SCOPES][1]
 
 
 def _gpu_shares(parts, has_scopes):
@@ -212,10 +242,13 @@ def _gpu_shares(parts, has_scopes):
     return shares, gap
 
 
-def _gpu_sentence(out, shares, part, named):
-    """The sentence of a GPU trace's verdict, with its runner-up when within CLOSE of the step."""
+def _gpu_sentence(out, shares, part, named, nxt=None):
+    """The sentence of a GPU trace's verdict, with its runner-up when within CLOSE of the step.
+
+    nxt: what to try next, where the trace is not the companion's own (else the stage's own advice)."""
     idle_parts = [k for k in shares if k != "busy"]
-    stage, shows, nxt = STAGES[part]
+    stage, shows, own_next = STAGES[part]
+    nxt = nxt or own_next
     out.update(stage=stage, part=part, share=shares[part], next=nxt)
     second = max((k for k in idle_parts if k != part), key=shares.get)
     close = part != "busy" and shares[part] - shares[second] <= CLOSE and shares[second] > 0
@@ -249,6 +282,14 @@ def verdict(
         evidences = [evidences]
     parts = parts if parts is not None else [ev["window"] for ev in evidences]
     out = {"stage": None, "part": None, "share": None, "runner_up": None, "next": None}
+    # 0) a damaged trace whose damage touches the steps, the scopes, the launches or the GPU's events
+    damaged = [ev["damage_withheld"] for ev in evidences if ev.get("damage_withheld")]
+    if damaged:
+        out["sentence"] = (
+            f"Withheld: the trace is damaged where the verdict reads it ({'; '.join(damaged)}), so its "
+            "figures may be wrong. Export the trace again, or repair it (docs/EVIDENCE.md#damaged-traces)."
+        )
+        return out
     # 1) enough steps to see a pattern
     steps = sum(p.get("steps", 1) for p in parts)
     if steps < 2:
@@ -268,8 +309,9 @@ def verdict(
     elif cpu["input"] is not None:
         cpu[OUTSIDE_SCOPES] = wall - cpu["input"]
     cpu = {k: v for k, v in cpu.items() if v is not None}
+    loader = any((ev.get("input_source") or {}).get("dataloader_in_trace", True) for ev in evidences)
     if not all(ev["has_gpu"] for ev in evidences):
-        return _cpu_verdict(out, cpu, wall, named, no_input_reason(evidences))
+        return _cpu_verdict(out, cpu, wall, named, no_input_reason(evidences), has_scopes, loader)
     # 3) a GPU trace: GPU compute holds the step when busy for GPU_BOUND_AT of it, else its largest wait
     missing = [p.get("gpu_null_reason") for p in parts if p.get("gpu_idle_us") is None or not p.get("pace_us")]
     if missing:
@@ -286,7 +328,7 @@ def verdict(
             + ("" if gap is not None else f" No input figure: {no_input_reason(evidences)}.")
         )
         return out
-    _gpu_sentence(out, shares, part, named)
+    _gpu_sentence(out, shares, part, named, None if has_scopes else _foreign_next(part, loader))
     if gap is None:
         out["sentence"] += f" No input figure: {no_input_reason(evidences)}."
     elif source and source != NEXT_BATCH:

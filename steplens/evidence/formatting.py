@@ -184,6 +184,11 @@ def format_classes(evidences: list[dict[str, Any]]) -> list[str]:
     return parts
 
 
+def damage_lines(ev: dict[str, Any]) -> list[str]:
+    """One line per kind of damage the reader found in a trace: how many, what, what was done, an example."""
+    return [f"damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})" for d in ev.get("damage", [])]
+
+
 def format_table(evidences: list[dict[str, Any]]) -> str:
     """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
     parts = []
@@ -228,6 +233,8 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
                 else f"no input figures: {src['null_reason']}"
             )
         )
+        for d in ev.get("damage", []):
+            parts.append(f"{ev['trace']}: damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})")
         absent = [n for n in SCOPES if n not in ev["scopes_present"]]
         if absent:
             parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")

@@ -19,6 +19,7 @@ import textwrap
 from typing import Any
 
 from steplens.evidence import summarize
+from steplens.evidence.formatting import damage_lines
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
 from steplens.trace import reader
 
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
+        for line in damage_lines(evidence):
+            print(f"steplens picture: warning: {line}", file=sys.stderr)
         draw(evidence, out, os.path.basename(args.trace))
     except (reader.TraceError, NoPicture) as e:
         print(f"steplens picture: error: {e}", file=sys.stderr)

@@ -12,7 +12,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.evidence.attribution import (
@@ -39,7 +39,7 @@ from steplens.scopes import SCOPES
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.nesting import crossing_slices
 from steplens.trace.reader import TraceError, iter_events
-from steplens.trace.timeline import Trace, bucket, extract
+from steplens.trace.timeline import WORK_CALLS, Trace, bucket, read
 
 
 class _Reading:
@@ -59,6 +59,12 @@ class _Reading:
         self.walls = [b - a for _, a, b in t.steps]
         self.window_cpu = [[a, b] for _, a, b in t.steps]
         self.basis = None
+        self.gpu_corrs = {ev[4] for ev in t.gpu if ev[4] is not None}
+
+    def launches(self, num):
+        """(launches of GPU work in the step, those whose GPU record is not in the trace)."""
+        calls = [c for c in self.runtime_by_step.get(num, []) if c[0] in WORK_CALLS]
+        return len(calls), sum(c[3] not in self.gpu_corrs for c in calls)
 
     def cpu_figs(self, span):
         """CPU time of the span and of each scope in it; a scope absent from the trace is null, never 0."""
@@ -101,6 +107,8 @@ def trace_header(r: _Reading, name: str) -> dict[str, Any]:
     return {
         "trace": name,
         "has_gpu": bool(r.t.gpu),
+        "damage": r.t.damage.report(),
+        "damage_withheld": r.t.damage.withheld(),
         "notes": [],
         "caveat": CAVEAT,
         "input_source": r.source,
@@ -151,6 +159,29 @@ def cpu_only_evidence(r: _Reading, evidence: dict[str, Any], lanes: bool) -> dic
     return evidence
 
 
+DROPPED_AT = 0.01  # past this share of a step's launches without their GPU record, its GPU figures are null
+
+
+def dropped_reason(lost: int, launched: int, whose: str) -> str:
+    return (
+        f"the trace has no GPU record for {lost} of {whose} {launched} launches (the profiler dropped them): "
+        f"more than {DROPPED_AT:.0%}, so its GPU figures would read the missing work as idle time"
+    )
+
+
+def dropped_note(steps: list[dict[str, Any]]) -> list[str]:
+    """The note on launches whose GPU work is not in the trace (Kineto drops records, most near its start)."""
+    hit = [s for s in steps if s.get("launches_without_gpu_work")]
+    if not hit:
+        return []
+    each = ", ".join(f"#{s['step']}: {s['launches_without_gpu_work']} of {s['gpu_work_launches']}" for s in hit)
+    return [
+        f"launches without their GPU work in the trace ({each}): the profiler dropped those records (Kineto "
+        "drops GPU records it sees as out of range, most just after it starts); a step missing more than "
+        f"{DROPPED_AT:.0%} of its launches' records has null GPU figures"
+    ]
+
+
 def gpu_annotations(t: Trace) -> dict[tuple[int, str], float]:
     """Each step's gpu_user_annotation time per scope, matched to the CPU scope that launched it."""
     annotations = defaultdict(float)
@@ -184,6 +215,10 @@ def step_evidence(
     step["gpu_lag_us"] = max(0.0, max(ev[2] for ev, _ in mine) - b) if mine else 0.0
     step["gpu_annotation_us"] = {sc: annotations[(num, sc)] for sc in SCOPES if (num, sc) in annotations}
     reason = (OPEN_SLOT if num in slots else slot_reason) if slot is None else None
+    launched, lost = r.launches(num)
+    step["gpu_work_launches"], step["launches_without_gpu_work"] = launched, lost
+    if lost > DROPPED_AT * launched:
+        slot, reason = None, dropped_reason(lost, launched, "this step's")
     if slot and step["gpu_work_us"] > step["gpu_span_us"] + EPS_US:  # the invariant: work fits in its slot
         reason = (
             f"the GPU work this step launched ({step['gpu_work_us']:.1f} us) exceeds its GPU span "
@@ -192,6 +227,8 @@ def step_evidence(
         slot, step["gpu_span_us"] = None, None
     step["gpu_span_null_reason"] = None if slot else (reason or "this step launched no GPU work")
     v = r.views([[a, b]], [slot] if slot else [], lanes)
+    if lost > DROPPED_AT * launched:
+        v = {"cpu_steps": None, "gpu_timeline": None}
     if lanes:
         step["lanes"] = {
             "cpu_start": a,
@@ -230,11 +267,14 @@ def window_evidence(
             f"({window['gpu_span_us']:.1f} us): attribution is inconsistent"
         )
         window["gpu_span_us"] = None
-    r.fill(
-        window,
-        r.views(r.window_cpu, [[a, b] for a, b in window_span] if window["gpu_span_us"] else []),
-        window["gpu_span_null_reason"],
-    )
+    counts = [r.launches(num) for num, _, _ in t.steps]
+    launched, lost = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    window["gpu_work_launches"], window["launches_without_gpu_work"] = launched, lost
+    views = r.views(r.window_cpu, [[a, b] for a, b in window_span] if window["gpu_span_us"] else [])
+    if lost > DROPPED_AT * launched:
+        window["gpu_span_null_reason"] = dropped_reason(lost, launched, "the window's")
+        views = {"cpu_steps": None, "gpu_timeline": None}
+    r.fill(window, views, window["gpu_span_null_reason"])
     complete = [num for num, slot in slots.items() if slot]
     window["gpu_slots"] = len(complete)
     window["gpu_slots_span_us"] = sum(slots[num][1] - slots[num][0] for num in complete)
@@ -275,16 +315,29 @@ def trace_notes(
 
 
 def summarize_events(
-    events: Iterable[Any], name: str = "trace", lanes: bool = False, input_scope: str | None = None
+    events: Iterable[Any] | Callable[[], Iterable[Any]],
+    name: str = "trace",
+    lanes: bool = False,
+    input_scope: str | None = None,
 ) -> dict[str, Any]:
     """The evidence of one trace (docs/EVIDENCE.md defines every figure). lanes: each step also carries its
     lanes for a picture ({"cpu": [[scope, start, end]], "gpu": [[kind, start, end]] or None}, trace µs).
     input_scope: the name of the reader's own record_function around fetching a batch (see input_source).
+    events: a list, or a function that returns a fresh stream of them (a trace with events written twice is
+    read twice, the second time without the second copies).
     """
-    # 1) read the timeline and attribute each GPU event to the step that launched it
-    t = extract(events)
+    # 1) read the timeline (checking it for damage) and attribute each GPU event to the step that launched it
+    if not callable(events):
+        events = events if isinstance(events, (list, tuple)) else list(events)
+        t = read(lambda: events)
+    else:
+        t = read(events)
     if not t.steps:
-        raise TraceError(f"{name}: no ProfilerStep#N slices: was it written by torch.profiler with a schedule?")
+        damaged = "; ".join(f"{d['count']} {d['what']}" for d in t.damage.report())
+        raise TraceError(
+            f"{name}: no ProfilerStep#N slices: was it written by torch.profiler with a schedule?"
+            + (f" (the trace is damaged: {damaged})" if damaged else "")
+        )
     r = _Reading(t, input_scope)
     evidence = trace_header(r, name)
     if not t.gpu:
@@ -307,7 +360,7 @@ def summarize_events(
     window = window_evidence(r, all_mine, window_work, window_span, lag, slots, slot_reason)
     # 4) what the figures leave out, and the verdict
     pre, out = bucket(r.before), bucket(r.outside)
-    evidence["notes"] += trace_notes(r, runs_ahead, window_work, pre, out)
+    evidence["notes"] += trace_notes(r, runs_ahead, window_work, pre, out) + dropped_note(per_step)
     evidence.update(
         gpu_idle_share=window["gpu_idle_share"],
         input_gap_share=window["input_gap_share"],
@@ -325,7 +378,7 @@ def summarize_events(
 
 
 def summarize_file(path: str, lanes: bool = False, input_scope: str | None = None) -> dict[str, Any]:
-    return summarize_events(iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
+    return summarize_events(lambda: iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
 
 
 def add_reading_options(p: argparse.ArgumentParser) -> None:

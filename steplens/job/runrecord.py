@@ -364,6 +364,13 @@ def log_cycles(record: RunRecord, results: dict[str, Any]) -> dict[str, Any]:
             if c["evidence"].get(k) is not None
         }
     )
+    outputs.update(
+        {
+            f"cycle{c['cycle']}_launches_without_gpu_work": c["launches_without_gpu_work"]
+            for c in results["cycles"]
+            if "launches_without_gpu_work" in c
+        }
+    )
     return outputs
 
 

@@ -108,7 +108,7 @@ def iter_events(path: str, chunk: int = 1 << 20) -> Iterator[Any]:
                     stream.pos += 1
             if not found:
                 raise TraceError(f"{path}: no traceEvents list: not a PyTorch profiler trace")
-    except (OSError, EOFError, ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+    except (OSError, EOFError, ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError: a ValueError
         raise TraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from e
 
 
@@ -118,7 +118,7 @@ def load_events(path: str) -> list[Any]:
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             doc = json.load(f)
-    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise TraceError(f"{path}: not a readable Chrome trace ({type(e).__name__}: {e})") from e
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):

@@ -1,12 +1,13 @@
 """A trace's timeline: the steps, scopes, GPU events and launch calls that the evidence is made of."""
 
+import math
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.scopes import SCOPES
-from steplens.trace import nesting
+from steplens.trace import damage, nesting
 from steplens.trace.intervals import total, union
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -23,6 +24,22 @@ LAUNCH_CALLS = {
     "cudaLaunchCooperativeKernel",
     "cudaGraphLaunch",
     "cuGraphLaunch",
+}
+
+
+# The runtime calls that put work on the GPU: each one's correlation id should reappear on a GPU event.
+WORK_CALLS = LAUNCH_CALLS | {
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
+    "cudaMemcpy",
+    "cudaMemset",
+    "cudaMemcpy2DAsync",
+    "cuMemcpyAsync",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemsetD8Async",
+    "cuMemsetD32Async",
 }
 
 
@@ -60,23 +77,18 @@ class Trace:
         self.comm = set()  # indices into gpu of the communication kernels (NCCL): GPU time, but no compute
         self.threads = defaultdict(lambda: (array("d"), array("d")))
         self.complete = nesting.Tracks()
+        self.damage = damage.Damage()
 
 
-def extract(events: Iterable[Any]) -> Trace:
-    """One pass over the events (a list or a stream), keeping only compact tuples."""
+def extract(events: Iterable[Any], skip: damage.Skip | None = None, keys: array | None = None) -> Trace:
+    """One pass over the events (a list or a stream), keeping only compact tuples; damage counted in t.damage."""
     t = Trace()
     names = {}  # one string object per distinct name
     scopes = set(SCOPES)
-    for index, ev in enumerate(events):
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
+    for index, ev, s, dur in damage.readable(events, t.damage, skip, keys):
+        e = s + dur
         t.complete.add_event(index, ev)
         cat = ev.get("cat", "")
-        try:
-            s = float(ev["ts"])
-            e = s + float(ev.get("dur", 0))
-        except (KeyError, TypeError, ValueError):
-            continue
         if cat in CPU_SLICE_CATS:
             starts, ends = t.threads[(ev.get("pid"), ev.get("tid"))]
             starts.append(s)
@@ -107,7 +119,7 @@ def extract(events: Iterable[Any]) -> Trace:
             else:
                 kind = "h2d" if "HtoD" in name else "memcpy"
             stream = args.get("stream", args.get(nesting.OVERLAP_ARG))  # a sibling track's event: its own stream
-            t.gpu.append((kind, s, e, stream, args.get("correlation"), args.get("bytes", 0) or 0))
+            t.gpu.append((kind, s, e, stream, args.get("correlation"), _bytes(args.get("bytes"))))
             t.gpu_names[t.gpu[-1]] = names.setdefault(name, name)
             if kind == "kernel" and "nccl" in name.lower():
                 t.comm.add(len(t.gpu) - 1)
@@ -116,7 +128,41 @@ def extract(events: Iterable[Any]) -> Trace:
         elif cat == "gpu_user_annotation":
             t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
     t.steps.sort()
+    step_damage(t)
     return t
+
+
+def read(open_events: Callable[[], Iterable[Any]]) -> Trace:
+    """The timeline of a trace that can be read twice: a second pass removes events written twice."""
+    keys = array("q")
+    t = extract(open_events(), keys=keys)
+    twice = damage.repeated(keys)
+    del keys
+    if twice:
+        t = extract(open_events(), skip=damage.Skip(twice))
+    return t
+
+
+def step_damage(t: Trace) -> None:
+    """Steps the profiler never writes: one number on two slices, or a step that starts before the last ends."""
+    numbers = [num for num, _, _ in t.steps]
+    for i, (num, s, e) in enumerate(t.steps):
+        if i and numbers[i - 1] == num:
+            t.damage.add("repeated_step", {"name": f"ProfilerStep#{num}", "ts": s, "dur": e - s}, True)
+    by_start = sorted((s, e, num) for num, s, e in t.steps)
+    for (s0, e0, n0), (s1, _, n1) in zip(by_start, by_start[1:]):
+        if e0 > s1 + STEP_SLACK_US and n0 != n1:
+            t.damage.add("overlapping_steps", {"name": f"ProfilerStep#{n0}", "ts": s0, "dur": e0 - s0}, True)
+
+
+STEP_SLACK_US = 1e-3  # exported timestamps are rounded to ns: a step may end a hair after the next one starts
+
+
+def _bytes(value: Any) -> float:
+    """A copy's bytes, 0 where the field is absent or not a finite number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    return 0
 
 
 def bucket(events: list[tuple]) -> dict[str, Any]:

@@ -1,0 +1,216 @@
+"""What is wrong with a trace: each kind of damage counted while reading, with an example and what was done.
+
+A trace the profiler wrote has none of these. Traces that were edited, concatenated, cut or converted do. The
+reader skips what it cannot read and removes exact duplicates; the evidence says so in one line per kind, and
+withholds the verdict where the damage touches what the verdict reads (docs/EVIDENCE.md#damaged-traces)."""
+
+import bisect
+import heapq
+import json
+import math
+import statistics
+from array import array
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+# kind: (what it is, what the reader did)
+KINDS = {
+    "non_object": ("entries of traceEvents that are not objects", "skipped"),
+    "missing_field": ("complete events without a name, ts or dur", "skipped"),
+    "wrong_type": ("complete events with a field of the wrong type (name, pid, tid or args)", "skipped"),
+    "non_numeric": ("complete events whose ts or dur is not a number", "skipped"),
+    "string_number": ("complete events whose ts or dur is a number written as a string", "read as numbers"),
+    "non_finite": ("complete events whose ts or dur is NaN or infinite", "skipped"),
+    "negative_duration": ("complete events with a negative dur", "skipped"),
+    "far_outside": (f"complete events more than {3600:,} s from the trace's other events", "skipped"),
+    "duplicate": ("complete events written twice (same name, track, start and duration)", "removed"),
+    "repeated_step": ("ProfilerStep#N numbers carried by more than one slice", "kept"),
+    "overlapping_steps": ("ProfilerStep slices that overlap the next step", "kept"),
+}
+
+
+# The categories the figures and the verdict are read from: steps and scopes, the GPU's events, the launches.
+FIGURE_CATS = frozenset(
+    ("user_annotation", "gpu_user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver")
+)
+
+
+FAR_US = 3600e6  # an event this far from the median of the trace's first events belongs to no capture of it
+ANCHOR_EVENTS = 1001  # how many complete events fix the trace's time before the rest are checked against it
+
+
+def _example(ev: Any) -> str:
+    try:
+        text = json.dumps(ev, sort_keys=True, allow_nan=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(ev)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+class Damage:
+    """Counts of each kind of damage, the first example of each, and how many touch the figures."""
+
+    def __init__(self):
+        self.counts, self.examples, self.touching = {}, {}, {}
+
+    def add(self, kind: str, ev: Any, touches: bool) -> None:
+        if kind not in self.counts:
+            self.counts[kind], self.touching[kind] = 0, 0
+            self.examples[kind] = _example(ev)
+        self.counts[kind] += 1
+        self.touching[kind] += bool(touches)
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def report(self) -> list[dict[str, Any]]:
+        """One entry per kind found, in KINDS' order: kind, count, what it is, what was done, an example."""
+        return [
+            {
+                "kind": kind,
+                "count": self.counts[kind],
+                "what": KINDS[kind][0],
+                "action": KINDS[kind][1],
+                "touches_figures": self.touching[kind],
+                "example": self.examples[kind],
+            }
+            for kind in KINDS
+            if kind in self.counts
+        ]
+
+    def withheld(self) -> str | None:
+        """Why the verdict cannot be trusted, or None: damage that changes what the figures read.
+
+        Duplicates (removed exactly), numbers written as strings (read as numbers) and entries that are no
+        events change nothing; any other damage to a step, a scope, a launch or a GPU event does.
+        """
+        harmless = {"duplicate", "string_number", "non_object"}
+        hits = [f"{self.touching[k]} {KINDS[k][0]}" for k in KINDS if k not in harmless and self.touching.get(k)]
+        return "; ".join(hits) or None
+
+
+def _number(value: Any) -> tuple[float | None, str | None]:
+    """A ts or dur as a float, and the damage it carries (None when it is a plain finite number)."""
+    if isinstance(value, bool) or value is None:
+        return None, "non_numeric"
+    if isinstance(value, (int, float)):
+        v, kind = float(value), None
+    elif isinstance(value, str):
+        try:
+            v, kind = float(value), "string_number"
+        except ValueError:
+            return None, "non_numeric"
+    else:
+        return None, "non_numeric"
+    return (v, kind) if math.isfinite(v) else (None, "non_finite")
+
+
+def check_complete(ev: dict[str, Any], damage: Damage) -> tuple[float, float] | None:
+    """(start, duration) of a complete event in µs, or None after counting why it cannot be read."""
+    touches = ev.get("cat") in FIGURE_CATS or "cat" not in ev
+    if "ts" not in ev or "dur" not in ev or "name" not in ev:
+        damage.add("missing_field", ev, touches)
+        return None
+    if (
+        not isinstance(ev["name"], str)
+        or not isinstance(ev.get("args", {}), dict)
+        or not all(isinstance(ev.get(k), (int, str, type(None))) for k in ("pid", "tid"))
+    ):
+        damage.add("wrong_type", ev, touches)
+        return None
+    (ts, ts_kind), (dur, dur_kind) = _number(ev["ts"]), _number(ev["dur"])
+    bad = [k for k in (ts_kind, dur_kind) if k and k != "string_number"]
+    if bad:
+        damage.add(bad[0], ev, touches)
+        return None
+    if dur < 0:
+        damage.add("negative_duration", ev, touches)
+        return None
+    if "string_number" in (ts_kind, dur_kind):
+        damage.add("string_number", ev, touches)
+    return ts, dur
+
+
+def fingerprint(ev: dict[str, Any], ts: float, dur: float) -> int:
+    """A 64-bit key of an event's name, track, start and duration: equal events have equal keys."""
+    h = hash((ev["name"], ev.get("pid"), ev.get("tid"), ts, dur))
+    return h if -(1 << 63) <= h < (1 << 63) else h & ((1 << 63) - 1)
+
+
+def repeated(keys: array, block: int = 1 << 16) -> array:
+    """The keys that occur more than once, sorted, each once.
+
+    Sorted in blocks merged as streams: memory stays near the keys' own 8 bytes each (a sorted list of
+    them would hold a Python int per key, several times that)."""
+    for a in range(0, len(keys), block):
+        keys[a : a + block] = array("q", sorted(keys[a : a + block]))
+    n = len(keys)
+    runs = [(keys[i] for i in range(a, min(a + block, n))) for a in range(0, n, block)]
+    out, last, prev = array("q"), None, None
+    for key in heapq.merge(*runs):
+        if key == prev and key != last:
+            out.append(key)
+            last = key
+        prev = key
+    return out
+
+
+class Skip:
+    """The second copies of repeated keys, to be skipped: the first copy of each is kept."""
+
+    def __init__(self, keys: array):
+        self.keys, self.seen = keys, bytearray(len(keys))
+
+    def __call__(self, key: int) -> bool:
+        i = bisect.bisect_left(self.keys, key)
+        if i == len(self.keys) or self.keys[i] != key:
+            return False
+        if self.seen[i]:
+            return True
+        self.seen[i] = 1
+        return False
+
+
+def readable(
+    events: Iterable[Any], damage: Damage, skip: "Skip | None" = None, keys: array | None = None
+) -> Iterator[tuple[int, dict[str, Any], float, float]]:
+    """(index, event, start, duration) of each complete event that can be read, in file order.
+
+    What cannot be read is counted in damage. The trace's time is fixed by the median start of its first
+    ANCHOR_EVENTS readable complete events; an event farther than FAR_US from it is counted and skipped.
+    keys (first pass) gathers each event's fingerprint; skip (second pass) drops the second copies."""
+    pending, anchor = [], None
+    for index, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            damage.add("non_object", ev, False)
+            continue
+        if ev.get("ph") != "X":
+            continue
+        found = check_complete(ev, damage)
+        if found is None:
+            continue
+        if anchor is None:
+            pending.append((index, ev, *found))
+            if len(pending) < ANCHOR_EVENTS:
+                continue
+            anchor = statistics.median(item[2] for item in pending)
+            yield from _kept(pending, anchor, damage, skip, keys)
+            pending = None
+            continue
+        yield from _kept(((index, ev, *found),), anchor, damage, skip, keys)
+    if pending:
+        yield from _kept(pending, statistics.median(item[2] for item in pending), damage, skip, keys)
+
+
+def _kept(items, anchor, damage, skip, keys):
+    for index, ev, ts, dur in items:
+        if abs(ts - anchor) > FAR_US:
+            damage.add("far_outside", ev, ev.get("cat") in FIGURE_CATS)
+            continue
+        key = fingerprint(ev, ts, dur)
+        if keys is not None:
+            keys.append(key)
+        elif skip is not None and skip(key):
+            damage.add("duplicate", ev, ev.get("cat") in FIGURE_CATS)
+            continue
+        yield index, ev, ts, dur

@@ -1,0 +1,130 @@
+"""Damaged copies of a real trace, one function per kind of damage: the corpus of tests/test_damage.py.
+
+Each function takes the trace's document ({"traceEvents": [...], ...}) and returns a damaged copy."""
+
+import copy
+import math
+
+STEP = "ProfilerStep#"
+
+
+def _doc(doc, events):
+    out = {k: v for k, v in doc.items() if k != "traceEvents"}
+    out["traceEvents"] = events
+    return out
+
+
+def _complete(doc, keep):
+    return [i for i, ev in enumerate(doc["traceEvents"]) if isinstance(ev, dict) and ev.get("ph") == "X" and keep(ev)]
+
+
+def _edit(doc, keep, change, limit=None):
+    """A copy of doc with change(event) applied to the complete events keep() selects (the first limit)."""
+    events = copy.deepcopy(doc["traceEvents"])
+    picked = _complete(doc, keep)[:limit]
+    assert picked, "the damage found nothing to damage: the trace changed"
+    for i in picked:
+        change(events[i])
+    return _doc(doc, events)
+
+
+def cat(*cats):
+    return lambda ev: ev.get("cat") in cats
+
+
+def named(name):
+    return lambda ev: ev.get("name") == name
+
+
+def written_twice(doc):
+    """The trace concatenated with itself: every event appears twice."""
+    return _doc(doc, doc["traceEvents"] + copy.deepcopy(doc["traceEvents"]))
+
+
+def some_written_twice(doc):
+    """The GPU's events and the scopes written twice, at the end."""
+    extra = [copy.deepcopy(ev) for ev in doc["traceEvents"] if isinstance(ev, dict) and ev.get("ph") == "X"]
+    return _doc(doc, doc["traceEvents"] + extra[::3])
+
+
+def nameless(keep, limit=500):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.pop("name"), limit)
+
+
+def no_ts(keep, limit=None):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.pop("ts"), limit)
+
+
+def negative_dur(keep):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.update(dur=-ev["dur"]))
+
+
+def ts_as_strings(keep, limit=200):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.update(ts=repr(ev["ts"])), limit)
+
+
+def nan_ts(keep, limit=None):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.update(ts=math.nan), limit)
+
+
+def infinite_dur(keep, limit=None):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.update(dur=math.inf), limit)
+
+
+def ts_as_list(keep, limit=None):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.update(ts=[ev["ts"]]), limit)
+
+
+def args_as_list(keep, limit=None):
+    return lambda doc: _edit(doc, keep, lambda ev: ev.update(args=[1, 2]), limit)
+
+
+def moved_far(keep, limit=50):
+    """Events moved to ts 0, days before the rest of a trace whose clock reads about 5e12 µs."""
+    return lambda doc: _edit(doc, keep, lambda ev: ev.update(ts=0), limit)
+
+
+def non_objects(doc):
+    """1, "x" and null among the events."""
+    events = list(doc["traceEvents"])
+    for at in (0, len(events) // 2, len(events)):
+        events[at:at] = [1, "x", None]
+    return _doc(doc, events)
+
+
+def repeated_step(doc):
+    """A second slice named like the first step, one step later."""
+    steps = sorted((ev for ev in doc["traceEvents"] if str(ev.get("name", "")).startswith(STEP)), key=lambda e: e["ts"])
+    extra = dict(steps[0], ts=steps[-1]["ts"] + steps[-1]["dur"] + 1.0)
+    return _doc(doc, doc["traceEvents"] + [extra])
+
+
+def overlapping_steps(doc):
+    """The first step's slice stretched halfway into the next."""
+    steps = sorted((ev for ev in doc["traceEvents"] if str(ev.get("name", "")).startswith(STEP)), key=lambda e: e["ts"])
+    first, second = steps[0]["name"], steps[1]
+    return _edit(doc, named(first), lambda ev: ev.update(dur=second["ts"] - ev["ts"] + second["dur"] / 2))
+
+
+def dropped_gpu_records(share):
+    """The profiler's own damage: the GPU records of the first step's kernels, a share of them, missing."""
+
+    def damage(doc):
+        steps = sorted(
+            (ev for ev in doc["traceEvents"] if str(ev.get("name", "")).startswith(STEP)), key=lambda e: e["ts"]
+        )
+        a, b = steps[0]["ts"], steps[0]["ts"] + steps[0]["dur"]
+        launched = {
+            ev["args"]["correlation"]
+            for ev in doc["traceEvents"]
+            if isinstance(ev, dict) and ev.get("cat") == "cuda_runtime" and a <= ev["ts"] < b and "args" in ev
+        }
+        kernels = [
+            i
+            for i, ev in enumerate(doc["traceEvents"])
+            if isinstance(ev, dict) and ev.get("cat") == "kernel" and ev.get("args", {}).get("correlation") in launched
+        ]
+        drop = set(kernels[: max(1, int(len(kernels) * share))])
+        return _doc(doc, [ev for i, ev in enumerate(doc["traceEvents"]) if i not in drop])
+
+    return damage

@@ -1,0 +1,220 @@
+"""A damaged trace says so: the corpus of tests/damage.py, each damage with its stated outcome.
+
+Outcomes: "same" (the undamaged trace's figures and verdict, plus one damage line naming what was done),
+"withheld" (the figures are read, the verdict is withheld with the reason) or "error" (one line, exit 1).
+Never a traceback, never a verdict that differs from the undamaged trace's without a damage line."""
+
+import glob
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+
+import damage as D
+import pytest
+
+from steplens.evidence import picture, summarize
+from steplens.trace import reader
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EAGER = os.path.join(
+    ROOT,
+    "results/h200-reprofile/eager/runs/5ad75ecce38942bb8a82409565c94b80/outputs/traces",
+    "trace-cycle1-steps2-4.pt.trace.json.gz",
+)
+
+CPU_CASES = {
+    "written twice": (D.written_twice, "same", "duplicate"),
+    "a third written twice": (D.some_written_twice, "same", "duplicate"),
+    "python slices without a name": (D.nameless(D.cat("python_function")), "same", "missing_field"),
+    "scopes without a name": (D.nameless(D.named("input/next_batch")), "withheld", "missing_field"),
+    "negative durations of the input": (D.negative_dur(D.named("input/next_batch")), "withheld", "negative_duration"),
+    "entries that are no objects": (D.non_objects, "same", "non_object"),
+    "timestamps as strings": (D.ts_as_strings(D.cat("cpu_op")), "same", "string_number"),
+    "a step with a NaN start": (D.nan_ts(D.named("ProfilerStep#3")), "withheld", "non_finite"),
+    "every step with a NaN start": (D.nan_ts(lambda ev: ev["name"].startswith("ProfilerStep#")), "error", None),
+    "infinite scope durations": (D.infinite_dur(D.named("train/optimizer")), "withheld", "non_finite"),
+    "operators far outside the trace": (D.moved_far(D.cat("cpu_op")), "same", "far_outside"),
+    "a scope far outside the trace": (D.moved_far(D.named("train/optimizer"), 1), "withheld", "far_outside"),
+    "operators without ts": (D.no_ts(D.cat("cpu_op"), 40), "same", "missing_field"),
+    "timestamps as lists": (D.ts_as_list(D.cat("cpu_op"), 3), "same", "non_numeric"),
+    "args as a list": (D.args_as_list(D.cat("python_function"), 10), "same", "wrong_type"),
+    "a step number on two slices": (D.repeated_step, "withheld", "repeated_step"),
+    "overlapping steps": (D.overlapping_steps, "withheld", "overlapping_steps"),
+}
+
+GPU_CASES = {
+    "kernels written twice": (D.some_written_twice, "same", "duplicate"),
+    "kernels without ts": (D.no_ts(D.cat("kernel"), 5), "withheld", "missing_field"),
+    "launches without a name": (D.nameless(D.cat("cuda_runtime"), 5), "withheld", "missing_field"),
+    "copies with NaN durations": (D.nan_ts(D.cat("gpu_memcpy"), 1), "withheld", "non_finite"),
+}
+
+FILES = {  # what cannot be read at all: one line, exit 1
+    "empty": b"",
+    "not JSON": b"\x89PNG\r\n\x1a\n binary",
+    "cut short": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": "X", "na',
+    "traceEvents not a list": b'{"traceEvents": {"ph": "X"}}',
+    "nested too deep": b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
+    "no steps": b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}]}',
+    "a number too large": b'{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": 1e999, "dur": 1}]}',
+}
+
+
+def strip(ev):
+    return {k: v for k, v in ev.items() if k not in ("damage", "damage_withheld", "trace")}
+
+
+def write(doc, path):
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(doc, f, allow_nan=True)
+    return str(path)
+
+
+def run_cli(main, argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def cpu_doc(profile_run):
+    path = sorted(glob.glob(os.path.join(profile_run["outputs"], "traces", "*.pt.trace.json.gz")))[0]
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    return doc, summarize.summarize_file(path)
+
+
+@pytest.fixture(scope="module")
+def gpu_doc():
+    assert os.path.exists(EAGER), "the stored H200 eager trace moved"
+    with gzip.open(EAGER, "rt") as f:
+        doc = json.load(f)
+    return doc, summarize.summarize_file(EAGER)
+
+
+def check(case, doc, base, tmp_path, capsys):
+    make, outcome, kind = case
+    path = write(make(doc), tmp_path / "damaged.pt.trace.json.gz")
+    code, out, err = run_cli(summarize.main, [path, "--json"], capsys)
+    if outcome == "error":
+        assert code == 1 and err.count("\n") == 1 and "damaged" in err, err
+        return
+    assert code == 0, err
+    ev = json.loads(out)
+    assert [d["kind"] for d in ev["damage"]] == [kind], ev["damage"]
+    assert ev["damage"][0]["count"] > 0 and ev["damage"][0]["example"]
+    if outcome == "same":
+        assert ev["damage_withheld"] is None
+        assert strip(ev) == strip(base)
+    else:
+        assert ev["verdict"]["stage"] is None and ev["verdict"]["sentence"].startswith("Withheld: the trace is damaged")
+        assert ev["damage"][0]["what"] in ev["verdict"]["sentence"]
+        assert base["verdict"]["stage"] is not None, "the undamaged trace has a verdict to withhold"
+    code, text, err = run_cli(summarize.main, [path], capsys)
+    assert code == 0 and f"damaged: {ev['damage'][0]['count']} {ev['damage'][0]['what']}" in text
+
+
+@pytest.mark.parametrize("name", sorted(CPU_CASES))
+def test_damaged_cpu_trace(name, cpu_doc, tmp_path, capsys):
+    check(CPU_CASES[name], *cpu_doc, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+def test_damaged_gpu_trace(name, gpu_doc, tmp_path, capsys):
+    check(GPU_CASES[name], *gpu_doc, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_unreadable_files_are_one_line_and_exit_1(name, tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_bytes(FILES[name])
+    for main in (summarize.main, picture.main):
+        code, out, err = run_cli(main, [str(path)], capsys)
+        assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, (main, err)
+
+
+def test_a_gzip_cut_short_is_one_line(tmp_path, capsys):
+    whole = gzip.compress(b'{"traceEvents": [' + b'{"ph": "i", "name": "x", "ts": 1},' * 5000 + b"{}]}")
+    path = tmp_path / "cut.pt.trace.json.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    code, _, err = run_cli(summarize.main, [str(path)], capsys)
+    assert code == 1 and err.count("\n") == 1 and "not a readable Chrome trace" in err
+
+
+def test_the_undamaged_traces_have_no_damage(cpu_doc, gpu_doc):
+    for _, base in (cpu_doc, gpu_doc):
+        assert base["damage"] == [] and base["damage_withheld"] is None
+
+
+def test_stored_traces_have_no_damage_and_no_launch_without_its_gpu_work():
+    """Every stored H200 trace, both cycles: nothing damaged, every launch's GPU record present."""
+    found = sorted(glob.glob(os.path.join(ROOT, "results", "**", "*.pt.trace.json.gz"), recursive=True))
+    found = [p for p in found if not os.path.islink(p)]
+    assert len(found) >= 50, f"only {len(found)} stored traces found: did results/ move?"
+    for path in found:
+        ev = summarize.summarize_file(path)
+        assert ev["damage"] == [], (path, ev["damage"])
+        assert ev["window"]["launches_without_gpu_work"] == 0 < ev["window"]["gpu_work_launches"], path
+
+
+def test_dropped_gpu_records_are_counted_per_step_and_null_its_figures_past_the_share(gpu_doc):
+    doc, base = gpu_doc
+    first = base["steps"][0]["step"]
+    one = summarize.summarize_events(D.dropped_gpu_records(0.0)(doc)["traceEvents"])
+    lost = {s["step"]: s["launches_without_gpu_work"] for s in one["steps"]}
+    assert lost == {s["step"]: (1 if s["step"] == first else 0) for s in base["steps"]}
+    step = one["steps"][0]
+    assert step["gpu_work_launches"] == base["steps"][0]["gpu_work_launches"] > 100
+    assert step["gpu_idle_share"] is not None, "one lost record of hundreds is marked, not nulled"
+    assert any("launches without their GPU work" in n and f"#{first}: 1 of" in n for n in one["notes"])
+    many = summarize.summarize_events(D.dropped_gpu_records(0.3)(doc)["traceEvents"])
+    step = many["steps"][0]
+    assert step["launches_without_gpu_work"] > summarize.DROPPED_AT * step["gpu_work_launches"]
+    assert step["gpu_idle_share"] is None and "profiler dropped" in step["gpu_null_reason"]
+    assert many["steps"][1]["gpu_idle_share"] is not None, "the other steps keep their figures"
+    assert many["verdict"]["stage"] is None and "profiler dropped" in many["verdict"]["sentence"]
+
+
+def test_nan_in_a_copy_s_bytes_reads_as_zero_bytes(gpu_doc):
+    doc, base = gpu_doc
+    damaged = D._edit(doc, D.cat("gpu_memcpy"), lambda ev: ev["args"].update(bytes=math.nan))
+    ev = summarize.summarize_events(damaged["traceEvents"])
+    assert ev["steps"][0]["h2d"]["bytes"] == 0 and ev["steps"][0]["h2d"]["count"] == base["steps"][0]["h2d"]["count"]
+
+
+def test_a_damaged_trace_s_picture_says_so(cpu_doc, tmp_path, capsys):
+    doc, _ = cpu_doc
+    path = write(D.overlapping_steps(doc), tmp_path / "damaged.pt.trace.json.gz")
+    code, out, err = run_cli(picture.main, [path, "--out", str(tmp_path / "p.png")], capsys)
+    assert code == 0 and os.path.getsize(tmp_path / "p.png") > 0
+    assert "damaged: 1 ProfilerStep slices that overlap the next step" in err
+
+
+def test_a_one_shot_stream_is_read_twice_through_a_list(cpu_doc):
+    doc, base = cpu_doc
+    events = D.written_twice(doc)["traceEvents"]
+    ev = summarize.summarize_events(iter(events))
+    assert strip(ev) == strip(base) and ev["damage"][0]["kind"] == "duplicate"
+
+
+def test_the_streaming_reader_names_a_recursion_as_unreadable(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_bytes(FILES["nested too deep"])
+    with pytest.raises(reader.TraceError, match="not a readable Chrome trace"):
+        list(reader.iter_events(str(path)))
+
+
+def test_the_class_table_refuses_gpu_damage_and_says_other_damage(gpu_doc, tmp_path):
+    doc, _ = gpu_doc
+    script = os.path.join(ROOT, "scripts", "class_table.py")
+    cases = (
+        (D.no_ts(D.cat("kernel"), 5), 1, "damaged where the classes are read: 5 complete events without a name"),
+        (D.some_written_twice, 0, "warning: "),
+    )
+    for i, (make, rc, words) in enumerate(cases):
+        path = write(make(doc), tmp_path / f"t{i}.pt.trace.json.gz")
+        proc = subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == rc and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr

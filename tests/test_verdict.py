@@ -549,3 +549,34 @@ def test_the_runner_up_window_is_ten_percent_of_the_step_on_either_side(runner_u
     assert v["stage"] == "waiting for input"
     assert (v["runner_up"] is not None) == named, v
     assert ("closely followed by" in v["sentence"]) == named, v["sentence"]
+
+
+def test_advice_on_a_trace_of_another_loop_names_no_flag_of_train_py():
+    """The four scopes mark the companion's own trace: only there does the advice name train.py's flags."""
+    own = diagnosis.verdict(figures())
+    assert own["stage"] == "waiting for input" and "--workers 4" in own["next"]
+    other = figures(scopes=(), host_wait_us=150.0)
+    other["input_source"] = {"name": "my/fetch", "kind": "--input-scope", "null_reason": None}
+    with_loader = diagnosis.verdict({**other, "input_source": {**other["input_source"], "dataloader_in_trace": True}})
+    assert with_loader["stage"] == "waiting for input" and "--" not in with_loader["next"]
+    assert "num_workers" in with_loader["next"] and "-P " not in with_loader["sentence"]
+    no_loader = diagnosis.verdict({**other, "input_source": {**other["input_source"], "dataloader_in_trace": False}})
+    assert "DataLoader worker processes (num_workers)" not in no_loader["next"]
+    assert no_loader["next"].startswith("prepare the next batch while the step runs") and "--" not in no_loader["next"]
+    busy = diagnosis.verdict({**figures(scopes=(), gpu_busy_us=200.0, gpu_idle_us=100.0, host_wait_us=100.0)})
+    assert busy["stage"] == "GPU compute" and "--" not in busy["next"] and "torch.compile" in busy["next"]
+
+
+@pytest.mark.parametrize("input_us,named", [(135.3, True), (134.7, False)])
+def test_a_cpu_only_trace_names_a_runner_up_within_ten_percent(input_us, named):
+    """A CPU-only trace of another loop, a 300 us step: the rest of the step leads the input. The input is named
+    beside it when at most 10% of the step (30 us) behind: 135.3 us is 29.4 us behind, 134.7 us 30.6 us."""
+    ev = figures(scopes=())
+    ev["has_gpu"] = False
+    ev["window"].update(wall_us=300.0, input_cpu_us=input_us)
+    ev["input_source"] = {"name": "my/fetch", "kind": "--input-scope", "null_reason": None}
+    v = diagnosis.verdict(ev)
+    assert v["part"] == attribution.OUTSIDE_SCOPES and v["share"] == pytest.approx((300.0 - input_us) / 300.0)
+    assert (v["runner_up"] is not None) == named, v
+    assert ("closely followed by the input (my/fetch)" in v["sentence"]) == named, v["sentence"]
+    assert "--" not in v["next"]

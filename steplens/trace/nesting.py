@@ -132,10 +132,13 @@ class Tracks:
         if found:
             self.add(index, *found)
 
-    def in_importer_order(self) -> Iterator[tuple[tuple[Any, Any], list[tuple[int, int, int]]]]:
-        """Per track: [(index, ts, dur)] as the importer sorts them (ts; the longer first; the file's order)."""
+    def in_importer_order(self) -> Iterator[tuple[tuple[Any, Any], Iterator[tuple[int, int, int]]]]:
+        """Per track: (index, ts, dur) as the importer sorts them (ts; the longer first; the file's order).
+
+        Each track's slices come one at a time, read once: a list of them would hold a tuple per slice,
+        several times the arrays' own memory on a big trace."""
         for track, (idx, starts, ends) in self.tracks.items():
-            yield track, [(idx[k], starts[k], ends[k] - starts[k]) for k in by_start_then_longest(starts, ends)]
+            yield track, ((idx[k], starts[k], ends[k] - starts[k]) for k in by_start_then_longest(starts, ends))
 
     def dropped(self) -> list[int]:
         """Indices of the complete events the importer (before v57.1) would drop, in file order."""

@@ -38,8 +38,8 @@ HOST_COPY = "a copy to or from the host: bound by the host link, not the GPU's m
 NO_WORK = "no work counted"
 NO_CLASS_WORK = "no work counted for this class"
 MODEL_TIME = (
-    "the work comes from the model's layers; each class's time is all of its kernels in the step, some outside "
-    "the model (the GPU-side input pipeline, the learning-rate update): the achieved rates are lower bounds"
+    "the work comes from the model's layers; each class's time is all of its kernels in the step, some of them "
+    "outside the model (the GPU-side input pipeline, for one): the achieved rates are lower bounds"
 )
 
 

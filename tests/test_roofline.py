@@ -287,3 +287,29 @@ def test_the_gpu_name_is_read_from_the_trace_s_device_properties(tmp_path):
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({"traceEvents": [], "deviceProperties": [{"name": "late"}]}))
     assert roofline.device_name(str(bare)) is None  # written after the events: not read
+
+
+def test_the_next_try_gives_more_rounds_only_to_levers_whose_first_3_pairs_gain_2_percent(tmp_path):
+    """scripts/next_try_128.sh round 4, with a stand-in Python for the jobs: after round 3 pointwise's paired
+    ratios have a median of 1.03 and combo's 1.01, so round 4 runs the best set and pointwise alone."""
+    root = tmp_path / "root"
+    (root / "comparison").mkdir(parents=True)
+    groups = [
+        {"group": "defaults", "pairs": []},
+        {"group": "inductor_tuning=pointwise", "pairs": [{"ratio": r} for r in (1.03, 1.01, 1.04)]},
+        {"group": "inductor_tuning=combo", "pairs": [{"ratio": r} for r in (1.01, 1.00, 1.05)]},
+    ]
+    (root / "comparison" / "comparison.json").write_text(json.dumps({"tables": [{"groups": groups}]}))
+    stub = tmp_path / "py"  # runs the script's own Python snippet, logs every other call
+    stub.write_text(f'#!/bin/sh\n[ "$1" = - ] && exec {sys.executable} "$@"\necho "$*" >> {tmp_path}/calls\n')
+    stub.chmod(0o755)
+    script = os.path.join(ROOT, "scripts", "next_try_128.sh")
+    env = {**os.environ, "PY": str(stub), "PIN": ""}
+    proc = subprocess.run(["bash", script, str(root), "4"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "levers-after-round-3.txt").read_text() == "pointwise\n"
+    jobs = [c for c in (tmp_path / "calls").read_text().splitlines() if "train.py" in c]
+    assert len(jobs) == 2 and all("--repeat 4" in j and "--batch-size 128" in j for j in jobs), jobs
+    assert sum("--inductor-tuning pointwise" in j for j in jobs) == 1 and not any("combo" in j for j in jobs)
+    bad = subprocess.run(["bash", script, str(root), "7"], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "usage" in bad.stderr

@@ -18,7 +18,7 @@ COMPILE_MODES = ["off", "default", "reduce-overhead", "max-autotune", "max-autot
 INDUCTOR_TUNING = {
     "off": {},
     "pointwise": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True},
-    "combo": {"combo_kernels": True},
+    "combo": {"combo_kernels": True, "benchmark_combo_kernel": True},  # keeps a combo only where it is faster
 }
 
 
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
         default="off",
         help="with --compile: pointwise times the block sizes of each pointwise and reduction kernel while "
         "compiling (max_autotune_pointwise, coordinate_descent_tuning); combo fuses independent small "
-        "kernels into one launch (combo_kernels) (default: off)",
+        "kernels into one launch where that times faster (combo_kernels, benchmark_combo_kernel) (default: off)",
     )
     g.add_argument(
         "--cuda-graph",

@@ -313,3 +313,25 @@ def test_the_next_try_gives_more_rounds_only_to_levers_whose_first_3_pairs_gain_
     assert sum("--inductor-tuning pointwise" in j for j in jobs) == 1 and not any("combo" in j for j in jobs)
     bad = subprocess.run(["bash", script, str(root), "7"], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_the_class_table_adds_each_class_s_share_of_its_limit_and_draws_it(tmp_path):
+    """scripts/class_table.py --roofline on the made eager trace: the roofline table follows the class table,
+    with the convolution's share of the memory limit; --roofline-png draws it; --model alone is refused."""
+    pytest.importorskip("matplotlib")
+    traces = tmp_path / "run" / "outputs" / "traces"
+    traces.mkdir(parents=True)
+    trace = traces / "t.pt.trace.json"
+    trace.write_text(json.dumps({"deviceProperties": [{"name": H200}], "traceEvents": made_eager_trace()}))
+    (traces.parent / "run.json").write_text(json.dumps({"settings": {"batch_size": 8}, "environment": {"gpu": H200}}))
+    script = os.path.join(ROOT, "scripts", "class_table.py")
+    out, png = tmp_path / "t.md", tmp_path / "r.png"
+    run = lambda *a: subprocess.run([sys.executable, script, *a], cwd=ROOT, capture_output=True, text=True, timeout=300)  # noqa: E731
+    proc = run(str(trace), "--roofline", "--out", str(out), "--roofline-png", str(png))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    share = CONV_BYTES / 4.8e6 / 40
+    assert "Roofline by kernel class" in text and f"| convolution forward | {share:.1%} (memory); 0.040 |" in text, text
+    assert png.stat().st_size > 0
+    refused = run(str(trace), "--model", "train:build_model")
+    assert refused.returncode == 2 and "--roofline" in refused.stderr

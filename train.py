@@ -159,6 +159,7 @@ def build_step(batches, device, args, world, lr):
     torch.backends.cudnn.benchmark = args.cudnn_benchmark  # timed in the warm-up's first steps
     model = build_model().to(device, memory_format=memory_format)
     if args.compile != "off":
+        options.tune_inductor(args)  # --inductor-tuning's torch._inductor settings, before compiling
         model = torch.compile(model, mode=args.compile)  # compiled lazily, at the first warm-up step
     # DDP wraps the compiled module (torch's advice: compile the inner module, not the wrapper).
     model = world.wrap(model)

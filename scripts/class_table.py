@@ -1,6 +1,7 @@
 """Which kernel class a change shrank: GPU time by kernel class of several traces, side by side, as Markdown.
 
     python scripts/class_table.py TRACE [TRACE...] [--out FILE.md] [--png FILE.png]
+    python scripts/class_table.py TRACE [TRACE...] --roofline [--model train:build_model] [--roofline-png FILE.png]
 
 Each TRACE is a PyTorch profiler trace (.pt.trace.json[.gz]); the first is the reference.
 Per class (steplens/trace/kernels.py)
@@ -11,7 +12,9 @@ a class got cheaper: each later trace's cell gives its class's per-sample time o
 time where a batch size is unknown). The classes of each trace must sum to the GPU work its steps launched
 (steplens summarize's gpu_work_us, overlaps counted once); a trace where they do not stops the table (exit 1), as
 does a trace without GPU events. --png draws the same figures as one stacked bar a trace (per sample where
-every trace's batch size is known, else per step), each class a colour.
+every trace's batch size is known, else per step), each class a colour. --roofline adds each class's
+share of its compute or memory limit per trace (steplens roofline; --model gives the work of CUDA-graph
+steps from the model's layers); --roofline-png draws those shares, one bar a trace in each class.
 """
 
 import argparse
@@ -21,7 +24,7 @@ import os
 import sys
 
 from steplens.atomic import write_atomic
-from steplens.evidence import attribution, summarize
+from steplens.evidence import attribution, roofline, summarize
 from steplens.evidence.formatting import damage_lines
 from steplens.trace import kernels, reader
 
@@ -210,12 +213,89 @@ def picture(rows, path):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / len(rows)), ncol=6, fontsize=8, frameon=False)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
+    save(fig, path)
+
+
+def save(fig, path):
+    """The figure as a PNG, through write_atomic (a temp file and a rename); the figure is closed."""
+    import matplotlib.pyplot as plt
+
     png = io.BytesIO()
     try:
         fig.savefig(png, dpi=110, format="png", bbox_inches="tight")
     finally:
         plt.close(fig)
     write_atomic(path, png.getvalue())
+
+
+def roofline_markdown(rooflines):
+    """Each class's share of the limit that binds, per trace: 'share of limit (limit); ms above the floor'."""
+
+    def cell(r, cls):
+        c = (r["classes"] or {}).get(cls)
+        if not c:
+            return "-"
+        if c["of_limit"] is None:
+            return f"n/a ({c['null_reason']})" if c["null_reason"] != roofline.NO_CLASS_WORK else "-"
+        return f"{c['of_limit']:.1%} ({c['limit']}); {c['above_floor_us'] / 1e3:.3f}"
+
+    present = [c for c in kernels.CLASSES if any((r["classes"] or {}).get(c) for r in rooflines)]
+    header = ["class"] + [f"{i}: of limit; ms above floor" for i in range(1, len(rooflines) + 1)]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join([c] + [cell(r, c) for r in rooflines]) + " |" for c in present]
+    floors = [
+        f"{r['total']['floor_us'] / 1e3:.3f} of {r['total']['us'] / 1e3:.3f}" if r["total"] else "-" for r in rooflines
+    ]
+    out.append("| " + " | ".join(["**floor of the counted classes, of all GPU work (ms)**"] + floors) + " |")
+    sources = "; ".join(f"{i}: {r['source'] or r['null_reason']}" for i, r in enumerate(rooflines, 1))
+    return (
+        "\n".join(
+            [
+                "",
+                "Roofline by kernel class (steplens roofline): the share of the limit that binds (the time the "
+                "class's work takes at the GPU's peak over the time it took), the limit, and the ms per step above "
+                "that floor. "
+                f"Work from: {sources}. {roofline.BYTES_NOTE}.",
+                "",
+                *out,
+            ]
+        )
+        + "\n"
+    )
+
+
+def roofline_picture(rows, rooflines, path):
+    """One group of bars a class: each trace's share of the limit that binds, with its ms per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    present = [
+        c for c in kernels.CLASSES if any(((r["classes"] or {}).get(c) or {}).get("of_limit") for r in rooflines)
+    ]
+    names = bar_names(rows)
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.28 * len(present) * len(rooflines)))
+    y, ticks = 0.0, []
+    for cls in present:
+        top = y
+        for i, r in enumerate(rooflines):
+            c = (r["classes"] or {}).get(cls) or {}
+            share = c.get("of_limit") or 0.0
+            ax.barh(y, share, color=f"C{i}", height=0.8, label=names[i] if cls == present[0] else None)
+            if c.get("of_limit") is not None:
+                ax.text(share, y, f" {share:.0%} of {c['limit']}, {c['us'] / 1e3:.3f} ms", va="center", fontsize=7)
+            y -= 1
+        ticks.append(((top + y + 1) / 2, kernels.SHORT[cls]))
+        y -= 0.7
+    ax.set_yticks([t for t, _ in ticks], [n for _, n in ticks], fontsize=8)
+    ax.set_xlim(0, 1.3)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("share of the limit that binds: the time the class's work takes at the peak / the time it took")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.9 / len(present)), ncol=2, fontsize=8, frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    save(fig, path)
 
 
 def bar_names(rows):
@@ -236,26 +316,46 @@ def main(argv=None):
     p.add_argument("traces", nargs="+", metavar="TRACE", help="profiler traces; the first is the reference")
     p.add_argument("--out", default=None, help="also write the table to this Markdown file")
     p.add_argument("--png", default=None, help="also draw the classes as stacked bars into this PNG")
+    p.add_argument("--roofline", action="store_true", help="also each class's share of its limit (steplens roofline)")
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="with --roofline: the model builder for CUDA-graph steps (the companion's: train:build_model)",
+    )
+    p.add_argument("--roofline-png", default=None, help="with --roofline: draw the shares into this PNG")
     args = p.parse_args(argv)
+    if (args.model or args.roofline_png) and not args.roofline:
+        print("class_table.py: error: --model and --roofline-png go with --roofline", file=sys.stderr)
+        return 2
     for t in args.traces:
         if not os.path.isfile(t):
             why = "is a folder: give the trace files in it" if os.path.isdir(t) else "no such trace"
             print(f"class_table.py: error: {t}: {why}", file=sys.stderr)
             return 2
-    for path in (args.out, args.png):
+    for path in (args.out, args.png, args.roofline_png):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             print(f"class_table.py: error: {path}: its folder does not exist", file=sys.stderr)
             return 2
     try:
+        builder = roofline.load_builder(args.model) if args.model else None
+    except ValueError as e:
+        print(f"class_table.py: error: {e}", file=sys.stderr)
+        return 2
+    try:
         rows = [classes_of(t, checked(t), run_of(t)) for t in args.traces]
-    except (TableError, reader.TraceError) as e:
+        model = (lambda t: roofline.model_for(t, builder, None, None)) if builder else (lambda t: None)
+        rooflines = [roofline.roofline_section(t, model=model(t)) for t in args.traces] if args.roofline else []
+    except (TableError, reader.TraceError, ValueError) as e:
         print(f"class_table.py: error: {e}", file=sys.stderr)
         return 1
-    text = markdown(rows, args.traces)
+    text = markdown(rows, args.traces) + (roofline_markdown(rooflines) if rooflines else "")
     if args.out:
         write_atomic(args.out, text)
     if args.png:
         picture(rows, args.png)
+    if args.roofline_png:
+        roofline_picture(rows, rooflines, args.roofline_png)
     print(text, end="")
     return 0
 

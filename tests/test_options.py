@@ -9,6 +9,7 @@ from conftest import TINY, load_offline_run, run_train, single_run
 from torchvision.transforms import functional as F
 
 from steplens.job import data
+from steplens.speedups import options
 from steplens.speedups.gpu_input import DeviceBatches, augment
 
 BAD_COMBINATIONS = [
@@ -24,6 +25,8 @@ BAD_COMBINATIONS = [
     (["--cuda-graph", "--gpu-input", "--compile", "reduce-overhead"], "--compile default"),
     (["--cuda-graph", "--gpu-input", "--compile", "max-autotune"], "--compile default"),
     (["--cuda-graph", "--gpu-input", "--warmup-steps", "2"], "--warmup-steps"),
+    (["--inductor-tuning", "combo"], "--compile default"),
+    (["--compile", "default", "--inductor-tuning", "turbo"], "--inductor-tuning"),
 ]
 
 
@@ -170,3 +173,16 @@ def test_capturable_assembly_gives_the_eager_batches():
         assert torch.equal(e_targets, c_targets) and torch.equal(e_images, c_images), f"batch {i}"
     assert counted.epoch_restarts == eager.epoch_restarts == 3
     assert int(counted.cursor) == counted.position
+
+
+@pytest.mark.parametrize("choice", ["pointwise", "combo"])
+def test_inductor_tuning_sets_its_torch_inductor_values_and_off_sets_none(choice, monkeypatch):
+    import argparse
+
+    import torch._inductor.config as config
+
+    for k in options.INDUCTOR_TUNING[choice]:
+        monkeypatch.setattr(config, k, False)  # restored after the test
+    assert options.tune_inductor(argparse.Namespace(inductor_tuning="off")) == {}
+    chosen = options.tune_inductor(argparse.Namespace(inductor_tuning=choice))
+    assert chosen and all(getattr(config, k) == v for k, v in chosen.items())

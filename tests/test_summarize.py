@@ -710,3 +710,18 @@ def test_summarize_keeps_what_its_figures_need_not_the_events(tmp_path):
         tracemalloc.stop()
     assert ev["window"]["kernels"]["count"] > 1000 and ev["perfetto_drops"]["count"] == 0
     assert peak < 0.4 * size, f"summarize held {peak / 1e6:.1f} MB for a {size / 1e6:.1f} MB file"
+
+
+def test_summarize_roofline_adds_the_classes_against_the_gpu_s_limits(capsys):
+    """--roofline: the JSON carries the roofline beside the evidence; the text ends with its table."""
+    trace = sorted(
+        glob.glob(os.path.join(RESULTS, "h200-reprofile", "eager", "runs", "*", "outputs", "traces", "*.gz"))
+    )
+    assert trace, "no stored eager H200 traces"
+    assert summarize.main([trace[0], "--json", "--roofline"]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["roofline"]["classes"] and ev["roofline"]["source"] == "operators"
+    copies = ev["roofline"]["classes"]["copies and memsets"]
+    assert 0 < copies["counted_us"] <= copies["us"], copies
+    assert summarize.main([trace[0], "--roofline"]) == 0
+    assert "roofline by kernel class" in capsys.readouterr().out

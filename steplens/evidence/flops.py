@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 # Dense peaks (no 2:4 structured sparsity) in TFLOP/s, keyed by torch.cuda.get_device_name(). The vendor
 # datasheets print the Tensor Core figures with sparsity and say dense is one half: those are halved here.
+# memory_tb_per_s: the datasheet's GPU memory bandwidth (HBM, or GDDR on the L4), the roofline's memory peak.
 PEAKS = {
     "NVIDIA H200": {
         "model": "H200 SXM 141GB",
@@ -32,6 +33,9 @@ PEAKS = {
         "bf16": 989.5,
         "source": "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), H200 SXM: "
         "FP32 67, TF32 Tensor Core 989*, BF16 Tensor Core 1,979* TFLOPS (*with sparsity)",
+        "memory_tb_per_s": 4.8,
+        "memory_source": "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), H200 SXM: "
+        "GPU memory bandwidth 4.8 TB/s",
     },
     "NVIDIA H100 80GB HBM3": {
         "model": "H100 SXM5 80GB",
@@ -40,6 +44,9 @@ PEAKS = {
         "bf16": 989.5,
         "source": "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), H100 SXM: "
         "FP32 67, TF32 Tensor Core 989*, BF16 Tensor Core 1,979* TFLOPS (*with sparsity)",
+        "memory_tb_per_s": 3.35,
+        "memory_source": "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), H100 SXM: "
+        "GPU memory bandwidth 3.35 TB/s",
     },
     "NVIDIA A100-SXM4-80GB": {
         "model": "A100 SXM4 80GB",
@@ -48,6 +55,9 @@ PEAKS = {
         "bf16": 312.0,
         "source": "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 80GB SXM: "
         "FP32 19.5, TF32 Tensor Core 156 | 312*, BF16 Tensor Core 312 | 624* TFLOPS (*with sparsity)",
+        "memory_tb_per_s": 2.039,
+        "memory_source": "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 80GB SXM: "
+        "GPU memory bandwidth 2,039 GB/s",
     },
     "NVIDIA A100-SXM4-40GB": {
         "model": "A100 SXM4 40GB",
@@ -56,6 +66,9 @@ PEAKS = {
         "bf16": 312.0,
         "source": "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 40GB SXM: "
         "FP32 19.5, TF32 Tensor Core 156 | 312*, BF16 Tensor Core 312 | 624* TFLOPS (*with sparsity)",
+        "memory_tb_per_s": 1.555,
+        "memory_source": "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), A100 40GB SXM: "
+        "GPU memory bandwidth 1,555 GB/s",
     },
     "NVIDIA L4": {
         "model": "L4",
@@ -64,6 +77,9 @@ PEAKS = {
         "bf16": 121.0,
         "source": "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4): "
         "FP32 30.3, TF32 Tensor Core 120*, BF16 Tensor Core 242* TFLOPS (*with sparsity)",
+        "memory_tb_per_s": 0.3,
+        "memory_source": "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4): "
+        "GPU memory bandwidth 300 GB/s",
     },
 }
 

@@ -3,6 +3,7 @@
     steplens summarize TRACE                     # per-step table, the window and the verdict
     steplens summarize A B                       # two traces side by side
     steplens summarize TRACE --json              # one JSON object per trace
+    steplens summarize TRACE --roofline          # also each kernel class against the GPU's limits
     steplens summarize TRACE --input-scope NAME  # your own loop's record_function around fetching a batch
 
 Every figure is defined once in docs/EVIDENCE.md."""
@@ -35,6 +36,7 @@ from steplens.evidence.attribution import (
 )
 from steplens.evidence.diagnosis import verdict
 from steplens.evidence.formatting import format_table
+from steplens.evidence.roofline import format_roofline, roofline_section
 from steplens.scopes import SCOPES
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.nesting import crossing_slices
@@ -397,10 +399,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens summarize", description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", help="PyTorch profiler Chrome traces (.json or .json.gz)")
     p.add_argument("--json", action="store_true", help="print one JSON object per trace, one per line")
+    p.add_argument(
+        "--roofline",
+        action="store_true",
+        help="add each kernel class's work, achieved rate and share of the GPU's limit (steplens roofline: "
+        "reads the trace a second time, keeping its operators)",
+    )
     add_reading_options(p)
     args = p.parse_args(argv)
     try:
         evidences = [summarize_file(t, input_scope=args.input_scope) for t in args.traces]
+        if args.roofline:
+            for path, ev in zip(args.traces, evidences):
+                ev["roofline"] = roofline_section(path)
     except TraceError as e:
         print(f"steplens summarize: error: {e}", file=sys.stderr)
         return 1
@@ -409,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(ev, sort_keys=True))
     else:
         sys.stdout.write(format_table(evidences))
+        for ev in evidences if args.roofline else []:
+            sys.stdout.write(format_roofline(ev["roofline"]))
     return 0
 
 

@@ -13,6 +13,13 @@ if TYPE_CHECKING:
     import torch
 
 COMPILE_MODES = ["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+# --inductor-tuning: torch._inductor.config values set before torch.compile, aimed at the batch-norm and
+# elementwise kernels the roofline finds far from the memory limit (docs/RESULTS.md, the roofline by class).
+INDUCTOR_TUNING = {
+    "off": {},
+    "pointwise": {"max_autotune_pointwise": True, "coordinate_descent_tuning": True},
+    "combo": {"combo_kernels": True, "benchmark_combo_kernel": True},  # keeps a combo only where it is faster
+}
 
 
 def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]) -> None:
@@ -55,6 +62,14 @@ def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]
         "Compilation happens in the warm-up, which must then be >= 3 steps (default: off)",
     )
     g.add_argument(
+        "--inductor-tuning",
+        choices=list(INDUCTOR_TUNING),
+        default="off",
+        help="with --compile: pointwise times the block sizes of each pointwise and reduction kernel while "
+        "compiling (max_autotune_pointwise, coordinate_descent_tuning); combo fuses independent small "
+        "kernels into one launch where that times faster (combo_kernels, benchmark_combo_kernel) (default: off)",
+    )
+    g.add_argument(
         "--cuda-graph",
         action="store_true",
         help="capture each scope's GPU work (batch assembly, layout, forward+backward, optimizer) once "
@@ -80,6 +95,8 @@ def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
             f"--compile {args.compile} compiles (and captures) during the warm-up: give --warmup-steps >= 3, "
             f"not {args.warmup_steps}, so none of it lands in the measured steps"
         )
+    if args.inductor_tuning != "off" and args.compile == "off":
+        error(f"--inductor-tuning {args.inductor_tuning} tunes torch.compile's kernels: add --compile default")
     if args.gpu_input and args.prefetch_stream:
         error("--prefetch-stream has nothing to copy with --gpu-input (the data is already on the device)")
     if args.cuda_graph:
@@ -113,6 +130,24 @@ def check_device(args: argparse.Namespace, device: torch.device) -> None:
             f"--cuda-graph replays the augmentation's own seeded generator, which needs "
             f"CUDAGraph.register_generator_state (torch >= 2.5); this is torch {torch.__version__}"
         )
+
+
+def tune_inductor(args: argparse.Namespace) -> dict[str, Any]:
+    """Set --inductor-tuning's torch._inductor.config values (before torch.compile reads them); returns them.
+    A torch without one of them is refused, never silently compiled without it."""
+    import torch
+    import torch._inductor.config as config
+
+    chosen = INDUCTOR_TUNING[args.inductor_tuning]
+    missing = [k for k in chosen if not hasattr(config, k)]
+    if missing:
+        raise UserError(
+            f"--inductor-tuning {args.inductor_tuning}: torch {torch.__version__} has no "
+            f"torch._inductor.config.{', '.join(missing)}"
+        )
+    for k, v in chosen.items():
+        setattr(config, k, v)
+    return chosen
 
 
 def precision(

@@ -101,8 +101,9 @@ def classify(name: str | None, cat: str = "kernel") -> str:
     return OTHER
 
 
-def _exclusive(events):
-    """Each event's share of the union of all intervals: the part past every event that started before it."""
+def exclusive(events: Sequence[tuple[Any, Any, float, float]]) -> list[float]:
+    """Each event's (name, cat, start, end) share of the union of all intervals: the part past every event that
+    started before it. The shares sum to the union, so a subset's shares are its part of the classes' time."""
     order = sorted(range(len(events)), key=lambda i: (events[i][2], -events[i][3]))
     out, frontier = [0.0] * len(events), float("-inf")
     for i in order:
@@ -121,7 +122,7 @@ def breakdown(events: Sequence[tuple[str, str, float, float]], top: int = 0) -> 
     no rule knows, longest total first; with top > 0 also "top": the top kernels by summed duration as
     {"name", "class", "count", "us"}}.
     """
-    excl = _exclusive(events)
+    excl = exclusive(events)
     per = {}
     by_name = {}
     for (name, cat, s, e), x in zip(events, excl):

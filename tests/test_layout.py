@@ -19,6 +19,7 @@ LAYERS = {
         "steplens.trace.damage",
         "steplens.trace.kernels",
         "steplens.trace.nesting",
+        "steplens.trace.memory",
         "steplens.trace.timeline",
     ],
     "steplens.evidence": [

@@ -184,6 +184,58 @@ def format_classes(evidences: list[dict[str, Any]]) -> list[str]:
     return parts
 
 
+MEMORY_ROWS = [  # label, key in a step's (or the window's) memory figures
+    ("allocated at start MB", "allocated_start"),
+    ("allocated peak MB", "allocated_peak"),
+    ("allocated at end MB", "allocated_end"),
+    ("reserved at start MB", "reserved_start"),
+    ("reserved peak MB", "reserved_peak"),
+    ("reserved at end MB", "reserved_end"),
+]
+
+
+def _mb(value):
+    return "n/a" if value is None else f"{value / 1e6:.1f}"
+
+
+def format_memory(ev: dict[str, Any], table: bool) -> list[str]:
+    """The memory the trace records, per device: a table (a column per step, each scope's change and peak) when
+    table, else one line a device with the window's peaks; or the line saying why there is none."""
+    mem = ev.get("memory")
+    if mem is None:
+        return []
+    if mem["null_reason"]:
+        return [f"{ev['trace']}: no memory figures: {mem['null_reason']}"]
+    parts = []
+    for name, dev in mem["devices"].items():
+        w = dev["window"]
+        if not table:
+            parts.append(
+                f"{ev['trace']}: memory {name}: peak allocated {_mb(w['allocated_peak'])} MB, "
+                f"peak reserved {_mb(w['reserved_peak'])} MB"
+            )
+            continue
+        rows = [[label] + [_mb(s[key]) for s in dev["steps"]] + [_mb(w.get(key))] for label, key in MEMORY_ROWS]
+        for scope in SCOPES:
+            for label, key in ((f"  {scope} change MB", "allocated_change"), (f"  {scope} peak MB", "allocated_peak")):
+                rows.append([label] + [_mb((s["scopes"].get(scope) or {}).get(key)) for s in dev["steps"]] + [""])
+        header = [f"memory {name}"] + [f"#{s['step']}" for s in dev["steps"]] + ["window"]
+        parts.append(_table(header, rows))
+        parts.append(
+            f"{ev['trace']}: memory {name}: {dev['events']} events; allocated counts {dev['allocated_counts']}"
+        )
+        if dev["reserved_null_reason"]:
+            parts.append(f"{ev['trace']}: memory {name}: no reserved figures: {dev['reserved_null_reason']}")
+        for key, what in (
+            ("outside_steps", "events outside every step, in no figure"),
+            ("running_total_breaks", "events whose allocated total is not the one before plus their bytes"),
+            ("repeated_events_dropped", "events written twice, read once"),
+        ):
+            if dev[key]:
+                parts.append(f"{ev['trace']}: memory {name}: {dev[key]} {what}")
+    return parts
+
+
 def damage_lines(ev: dict[str, Any]) -> list[str]:
     """One line per kind of damage the reader found in a trace: how many, what, what was done, an example."""
     return [f"damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})" for d in ev.get("damage", [])]
@@ -238,6 +290,7 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
         absent = [n for n in SCOPES if n not in ev["scopes_present"]]
         if absent:
             parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
+        parts += format_memory(ev, len(evidences) == 1)
         drops = ev.get("perfetto_drops", {}).get("count")
         parts.append(
             f"{ev['trace']}: "

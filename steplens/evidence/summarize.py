@@ -38,6 +38,7 @@ from steplens.evidence.diagnosis import verdict
 from steplens.evidence.formatting import format_table
 from steplens.evidence.roofline import format_roofline, roofline_section
 from steplens.scopes import SCOPES
+from steplens.trace import memory
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.nesting import crossing_slices
 from steplens.trace.reader import TraceError, iter_events
@@ -115,6 +116,7 @@ def trace_header(r: _Reading, name: str) -> dict[str, Any]:
         "caveat": CAVEAT,
         "input_source": r.source,
         "scopes_present": [n for n in SCOPES if n in r.present],
+        "memory": memory.figures(r.t.memory, r.t.steps, r.t.scopes, SCOPES),
         "crossing_slices": {
             "count": sum(crossing.values()),
             "by_thread": {f"{p}/{tid}": n for (p, tid), n in crossing.items()},

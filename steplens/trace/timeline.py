@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.scopes import SCOPES
-from steplens.trace import damage, nesting
+from steplens.trace import damage, memory, nesting
 from steplens.trace.intervals import total, union
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -66,7 +66,8 @@ class Trace:
     gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset;
     runtime: (name, start, end, correlation); annotations: (name, start, end, External id) on GPU tracks;
     threads: {(pid, tid): (starts, ends)} of CPU slices, as arrays of doubles;
-    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.Tracks).
+    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.Tracks);
+    memory: the profiler's [memory] events per device, as arrays (steplens/trace/memory.py).
     """
 
     def __init__(self):
@@ -78,6 +79,7 @@ class Trace:
         self.threads = defaultdict(lambda: (array("d"), array("d")))
         self.complete = nesting.Tracks()
         self.damage = damage.Damage()
+        self.memory = memory.Memory()
 
 
 def extract(events: Iterable[Any], skip: damage.Skip | None = None, keys: array | None = None) -> Trace:
@@ -85,7 +87,8 @@ def extract(events: Iterable[Any], skip: damage.Skip | None = None, keys: array 
     t = Trace()
     names = {}  # one string object per distinct name
     scopes = set(SCOPES)
-    for index, ev, s, dur in damage.readable(events, t.damage, skip, keys):
+    # the memory events are instant events, which damage.readable skips: memory.tap keeps them on the way
+    for index, ev, s, dur in damage.readable(memory.tap(events, t.memory), t.damage, skip, keys):
         e = s + dur
         t.complete.add_event(index, ev)
         cat = ev.get("cat", "")

@@ -1,0 +1,227 @@
+"""The memory a trace records (steplens/trace/memory.py): per step and scope, from the profiler's [memory] events."""
+
+import glob
+import os
+
+from test_summarize import reprofile, run_json, scope, step, write
+
+from steplens.evidence import formatting, summarize
+from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, SCOPES, TO_DEVICE
+from steplens.trace import memory
+
+MB = 1_000_000
+
+
+def mem(ts, nbytes, allocated, reserved, device_type=1, device_id=0):
+    """One [memory] event as the profiler writes it: the allocator's totals after the allocation (or free)."""
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[memory]",
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "args": {
+            "Total Reserved": reserved,
+            "Total Allocated": allocated,
+            "Bytes": nbytes,
+            "Device Id": device_id,
+            "Device Type": device_type,
+            "Addr": 1000 + ts,
+        },
+    }
+
+
+def allocations(events):
+    """Running totals for a list of (ts, bytes) on the GPU, from 100 MB held and 200 MB reserved; the reservation
+    grows by 100 MB whenever allocated would pass it."""
+    out, allocated, reserved = [], 100 * MB, 200 * MB
+    for ts, nbytes in events:
+        allocated += nbytes
+        while allocated > reserved:
+            reserved += 100 * MB
+        out.append(mem(ts, nbytes, allocated, reserved))
+    return out
+
+
+def made_trace():
+    """Two steps of 100 us, each with the four scopes; known allocations in each scope (MB):
+    step 1: next_batch +1; to_device +2; forward_backward +50 +30 -30 -40 (peak 100+3+80=183); optimizer +5 -5
+    step 2: next_batch -1 (the batch of step 1 freed) +1; to_device -2 +2; forward_backward +120 -120;
+    optimizer +10 -10."""
+    steps = [step(1, 0, 100), step(2, 100, 100)]
+    for base in (0, 100):
+        steps += [
+            scope(NEXT_BATCH, base + 1, 9),
+            scope(TO_DEVICE, base + 11, 9),
+            scope(FORWARD_BACKWARD, base + 21, 50),
+            scope(OPTIMIZER, base + 71, 20),
+        ]
+    made = [
+        (2, 1 * MB),
+        (12, 2 * MB),
+        (22, 50 * MB),
+        (30, 30 * MB),
+        (40, -30 * MB),
+        (60, -40 * MB),
+        (72, 5 * MB),
+        (80, -5 * MB),
+        (102, -1 * MB),
+        (103, 1 * MB),
+        (112, -2 * MB),
+        (113, 2 * MB),
+        (122, 120 * MB),
+        (160, -120 * MB),
+        (172, 10 * MB),
+        (180, -10 * MB),
+    ]
+    return steps + allocations(made)
+
+
+def test_made_trace_gives_the_known_sums_per_step_and_scope():
+    """Start, peak and end of each step, and each scope's change and peak, equal the sums of the made allocations."""
+    ev = summarize.summarize_events(made_trace())
+    m = ev["memory"]
+    assert m["null_reason"] is None and m["events"] == 16 and list(m["devices"]) == ["cuda:0"]
+    dev = m["devices"]["cuda:0"]
+    s1, s2 = dev["steps"]
+    assert (s1["allocated_start"], s1["allocated_peak"], s1["allocated_end"]) == (100 * MB, 183 * MB, 113 * MB)
+    assert (s2["allocated_start"], s2["allocated_peak"], s2["allocated_end"]) == (113 * MB, 233 * MB, 113 * MB)
+    # the reservation (200 MB) grows once: at step 2's 233 MB, to 300 MB
+    assert (s1["reserved_start"], s1["reserved_peak"], s1["reserved_end"]) == (200 * MB, 200 * MB, 200 * MB)
+    assert (s2["reserved_start"], s2["reserved_peak"], s2["reserved_end"]) == (200 * MB, 300 * MB, 300 * MB)
+    change = lambda s: {sc: s["scopes"][sc]["allocated_change"] // MB for sc in SCOPES}
+    peak = lambda s: {sc: s["scopes"][sc]["allocated_peak"] // MB for sc in SCOPES}
+    assert change(s1) == {NEXT_BATCH: 1, TO_DEVICE: 2, FORWARD_BACKWARD: 10, OPTIMIZER: 0}
+    assert peak(s1) == {NEXT_BATCH: 101, TO_DEVICE: 103, FORWARD_BACKWARD: 183, OPTIMIZER: 118}
+    assert change(s2) == {NEXT_BATCH: 0, TO_DEVICE: 0, FORWARD_BACKWARD: 0, OPTIMIZER: 0}
+    assert peak(s2) == {NEXT_BATCH: 113, TO_DEVICE: 113, FORWARD_BACKWARD: 233, OPTIMIZER: 123}
+    assert s2["scopes"][FORWARD_BACKWARD]["reserved_change"] == 100 * MB
+    assert dev["window"]["allocated_peak"] == 233 * MB and dev["window"]["reserved_peak"] == 300 * MB
+    assert dev["outside_steps"] == 0 and dev["running_total_breaks"] == 0 and dev["repeated_events_dropped"] == 0
+
+
+def test_memory_events_are_read_in_time_order_whatever_the_file_order():
+    """The profiler writes some threads' memory events out of time order: the figures do not depend on it."""
+    events = made_trace()
+    shuffled = events[:8] + list(reversed(events[8:]))
+    assert summarize.summarize_events(shuffled)["memory"] == summarize.summarize_events(events)["memory"]
+
+
+def test_memory_events_written_twice_count_once():
+    """A trace written twice: every memory event repeated is read once, and the figures stay those of one copy."""
+    events = made_trace()
+    mems = [e for e in events if e["ph"] == "i"]
+    twice = summarize.summarize_events(events + mems)["memory"]["devices"]["cuda:0"]
+    once = summarize.summarize_events(events)["memory"]["devices"]["cuda:0"]
+    assert twice["repeated_events_dropped"] == len(mems)
+    assert twice["steps"] == once["steps"]
+
+
+def test_cpu_memory_has_no_reserved_figures_and_says_why():
+    """The CPU's events report 0 reserved: the reserved figures are null with a reason, allocated ones stay."""
+    events = [step(1, 0, 100), scope(FORWARD_BACKWARD, 10, 50)]
+    events += [mem(20, 8, 8, 0, device_type=0, device_id=-1), mem(30, 16, 24, 0, 0, -1), mem(40, -8, 16, 0, 0, -1)]
+    dev = summarize.summarize_events(events)["memory"]["devices"]["cpu"]
+    s = dev["steps"][0]
+    assert (s["allocated_start"], s["allocated_peak"], s["allocated_end"]) == (0, 24, 16)
+    assert s["reserved_peak"] is None and dev["window"]["reserved_peak"] is None
+    assert dev["reserved_null_reason"] == memory.CPU_RESERVED
+    assert s["scopes"][FORWARD_BACKWARD] == {
+        "allocated_change": 16,
+        "allocated_peak": 24,
+        "reserved_change": None,
+        "reserved_peak": None,
+        "events": 3,
+    }
+    assert s["scopes"][NEXT_BATCH] is None  # the scope is not in the step: no figure, not a zero
+
+
+def test_unreadable_memory_events_are_counted_not_read():
+    """A [memory] event with a NaN time or a string total is counted as unreadable and left out of the figures."""
+    events = made_trace()
+    bad_ts, bad_total = mem(50, MB, 999 * MB, 999 * MB), mem(51, MB, 999 * MB, 999 * MB)
+    bad_ts["ts"] = float("nan")
+    bad_total["args"]["Total Allocated"] = "999"
+    ev = summarize.summarize_events(events + [bad_ts, bad_total])
+    assert ev["memory"]["unreadable_events"] == 2
+    assert ev["memory"]["devices"] == summarize.summarize_events(events)["memory"]["devices"]
+
+
+def test_a_lean_trace_says_it_has_no_memory_events(tmp_path, capsys):
+    """Without memory events the evidence says why, shows no memory figure, and the text says so in one line."""
+    lean = [e for e in made_trace() if e["ph"] == "X"]
+    ev = summarize.summarize_events(lean)
+    assert ev["memory"] == {"events": 0, "unreadable_events": 0, "null_reason": memory.NO_EVENTS, "devices": {}}
+    path = write(tmp_path, lean)
+    assert summarize.main([path]) == 0
+    out = capsys.readouterr().out
+    assert f"no memory figures: {memory.NO_EVENTS}" in out and "allocated peak MB" not in out
+
+
+def test_the_text_shows_the_memory_table_per_step(tmp_path, capsys):
+    """summarize's text: per device a column per step, the window's peak, and each scope's change and peak."""
+    path = write(tmp_path, made_trace())
+    assert summarize.main([path]) == 0
+    out = capsys.readouterr().out
+    row = lambda label: next(line for line in out.splitlines() if line.startswith(label)).split()
+    assert row("memory cuda:0")[-3:] == ["#1", "#2", "window"]
+    assert row("allocated peak MB")[-3:] == ["183.0", "233.0", "233.0"]
+    assert row(f"  {FORWARD_BACKWARD} change MB")[-2:] == ["10.0", "0.0"]
+    two = formatting.format_table([summarize.summarize_events(made_trace(), name="A")] * 2)
+    assert "A: memory cuda:0: peak allocated 233.0 MB, peak reserved 300.0 MB" in two
+
+
+def check_invariants(ev):
+    """The invariants every figure obeys: start and end <= peak; a scope's peak <= its step's; reserved >= allocated
+    where both exist. Returns how many steps were checked."""
+    checked = 0
+    for name, dev in ev["memory"]["devices"].items():
+        for s in dev["steps"]:
+            assert s["allocated_start"] <= s["allocated_peak"] and s["allocated_end"] <= s["allocated_peak"], (name, s)
+            for sc, f in s["scopes"].items():
+                if f:
+                    assert f["allocated_peak"] <= s["allocated_peak"], (name, s["step"], sc)
+                    assert f["reserved_peak"] is None or f["reserved_peak"] <= s["reserved_peak"], (name, sc)
+            if s["reserved_peak"] is not None:
+                for k in ("start", "peak", "end"):
+                    assert s[f"reserved_{k}"] >= s[f"allocated_{k}"], (name, s["step"], k)
+            checked += 1
+        assert dev["running_total_breaks"] == 0, (name, dev["running_total_breaks"])
+    return checked
+
+
+def test_a_real_cpu_profile_trace_obeys_the_memory_invariants(profile_run):
+    """A trace train.py wrote on the CPU (full detail): CPU memory figures for every step that obey the invariants."""
+    traces = sorted(glob.glob(os.path.join(profile_run["outputs"], "traces", "*.pt.trace.json.gz")))
+    assert traces
+    for trace in traces:
+        ev = summarize.summarize_file(trace)
+        assert list(ev["memory"]["devices"]) == ["cpu"], ev["memory"]
+        assert check_invariants(ev) == len(ev["steps"]) == 3
+        steps = ev["memory"]["devices"]["cpu"]["steps"]
+        # forward and backward allocates the activations: its peak is the step's, above the step's start
+        assert all(s["scopes"][FORWARD_BACKWARD]["allocated_peak"] == s["allocated_peak"] for s in steps)
+        assert all(s["allocated_peak"] > s["allocated_start"] for s in steps)
+
+
+def test_stored_h200_full_traces_obey_the_memory_invariants():
+    """The stored H200 eager traces with memory events: GPU figures per step that obey the invariants, the same
+    start and end in every step (the steady state), and forward and backward holding the step's peak."""
+    full = [t for t in reprofile("eager") if run_json(t)["settings"]["profile_detail"] == "full"]
+    assert len(full) == 4, full
+    for trace in full:
+        ev = summarize.summarize_file(trace)
+        gpu = ev["memory"]["devices"]["cuda:0"]
+        assert check_invariants(ev) >= 6
+        assert len({(s["allocated_start"], s["allocated_end"]) for s in gpu["steps"]}) == 1, trace
+        assert all(s["scopes"][FORWARD_BACKWARD]["allocated_peak"] == s["allocated_peak"] for s in gpu["steps"])
+
+
+def test_stored_lean_traces_have_no_memory_figures():
+    """The stored lean H200 traces (no profile_memory) carry no memory events, and say so."""
+    lean = [t for t in reprofile("eager") if run_json(t)["settings"]["profile_detail"] == "lean"]
+    assert lean
+    for trace in lean:
+        assert summarize.summarize_file(trace)["memory"]["null_reason"] == memory.NO_EVENTS

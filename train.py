@@ -47,7 +47,7 @@ from steplens.job.data import (
     loader_facts,
     window_note,
 )
-from steplens.job.device import resolve_device, synchronize
+from steplens.job.device import WindowPeak, resolve_device, synchronize
 from steplens.job.settings import parse_settings
 from steplens.job.stopping import Stopper, StopRequested
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
@@ -283,7 +283,7 @@ def run_bench(step, device, batches, args, stop, world):
     copied on the device and read after the window); in DDP the ranks start together and the longest rank
     window sets the global rate."""
     losses = learning.LossCurve(device, args.bench_steps)
-    synchronize(device)
+    peak = WindowPeak(device)  # synchronizes, then zeroes the GPU allocator's peak counters
     world.barrier()
     restarts_before = batches.epoch_restarts
     with stop.steps("bench"):
@@ -294,14 +294,14 @@ def run_bench(step, device, batches, args, stop, world):
             stop.step_done()  # a flag test: no sync
         synchronize(device)
     seconds = time.perf_counter() - t0
-    samples = args.bench_steps * args.batch_size
     results = {
-        "samples_per_sec": samples / seconds,
+        "samples_per_sec": args.bench_steps * args.batch_size / seconds,
         "window_seconds": seconds,
         "window_steps": args.bench_steps,
-        "window_samples": samples,
+        "window_samples": args.bench_steps * args.batch_size,
         "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
         **learning.summary(losses.values()),
+        **peak.read(),  # the window's peak GPU memory, read after its clock stopped
     }
     results["window_note"] = window_note(results["epoch_restarts_in_window"], getattr(batches, "loader", None))
     if results["window_note"]:

@@ -148,6 +148,9 @@ def test_gpu_bench_logs_flops_tflops_and_mfu(tmp_path, amp, precision):
     assert out["model_tflops_per_sec"] == pytest.approx(out["flops_per_sample"] * r["samples_per_sec"] / 1e12)
     assert out["env_gpu"] == gpu and out["env_driver"] == record["environment"]["driver"] is not None
     assert r["peak_precision"] == precision
+    # the window's peak GPU memory: above nothing, within what the allocator reserved, logged as an output
+    assert 0 < r["peak_allocated_mb"] <= r["peak_reserved_mb"] and r["peak_memory_note"] is None, r
+    assert out["peak_allocated_mb"] == pytest.approx(r["peak_allocated_mb"])
     if gpu not in flops.PEAKS:
         pytest.skip(f"{gpu} has no dense peak in flops.PEAKS: MFU is null by design ({r['ceiling']['note']})")
     assert out["peak_tflops"] == flops.PEAKS[gpu][precision]

@@ -1,11 +1,17 @@
 """The memory a trace records (steplens/trace/memory.py): per step and scope, from the profiler's [memory] events."""
 
+import csv
 import glob
+import io
+import json
 import os
 
+from conftest import load_offline_run
+from test_compare import rec
 from test_summarize import reprofile, run_json, scope, step, write
 
-from steplens.evidence import formatting, summarize
+from steplens.evidence import compare, comparison, formatting, summarize
+from steplens.job import device
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, SCOPES, TO_DEVICE
 from steplens.trace import memory
 
@@ -225,3 +231,41 @@ def test_stored_lean_traces_have_no_memory_figures():
     assert lean
     for trace in lean:
         assert summarize.summarize_file(trace)["memory"]["null_reason"] == memory.NO_EVENTS
+
+
+def test_bench_on_the_cpu_records_no_peak_memory_and_says_why(bench_run):
+    """A CPU bench run: run.json's peak memory figures are null with the reason; Polyaxon gets the reason, no
+    number; the run's output says it beside the rate."""
+    with open(os.path.join(bench_run["outputs"], "run.json")) as f:
+        r = json.load(f)["results"]
+    assert r["peak_allocated_mb"] is None and r["peak_reserved_mb"] is None
+    assert r["peak_memory_note"] == device.NO_CPU_PEAK
+    out = load_offline_run(bench_run["root"], bench_run["uuid"])["outputs"]
+    assert "peak_allocated_mb" not in out and out["peak_memory_note"] == device.NO_CPU_PEAK
+    assert f"bench: peak memory n/a: {device.NO_CPU_PEAK}" in bench_run["proc"].stdout
+
+
+def test_compare_shows_each_group_s_peak_memory_beside_its_rate():
+    """steplens compare: the median of the runs' window peaks (allocated / reserved MB) beside the median rate, in
+    the Markdown table and the CSV; '-' and empty cells for a group with a run that has no peak."""
+    a = [rec(f"a{i}", i, r) for i, r in enumerate([3000.0, 3100.0, 3200.0])]  # no peak logged
+    b = [rec(f"b{i}", i, r, batch_size=1024) for i, r in enumerate([9000.0, 9100.0, 9200.0])]
+    for r, (alloc, res) in zip(b, [(4000.0, 5000.0), (4100.0, 5200.0), (3900.0, 5100.0)]):
+        r["outputs"].update(peak_allocated_mb=alloc, peak_reserved_mb=res)
+    result = comparison.compare_records(a + b)
+    by = {g["group"]: g for g in result["tables"][0]["groups"]}
+    assert by["batch_size=128"]["memory"] is None
+    assert by["batch_size=1024"]["memory"] == {
+        "median_allocated_mb": 4000.0,
+        "max_allocated_mb": 4100.0,
+        "median_reserved_mb": 5100.0,
+    }
+    text = compare.markdown(result)
+    assert "| median samples/s | peak GPU MB allocated / reserved |" in text
+    assert "| batch_size=1024 | 3 | 9.10k | 4000 / 5100 |" in text and "| batch_size=128 | 3 | 3.10k | - |" in text
+    rows = list(csv.reader(io.StringIO(compare.csv_text(result))))
+    cols = [compare.CSV_COLUMNS.index(k) for k in ("group", "peak_allocated_mb", "peak_reserved_mb")]
+    assert sorted([row[i] for i in cols] for row in rows[1:]) == [
+        ["batch_size=1024", "4000.0", "5100.0"],
+        ["batch_size=128", "", ""],
+    ]

@@ -27,6 +27,13 @@ def fmt_loss(loss: dict[str, Any] | None) -> str:
     return f"{shown} ({LOSS_WORSE})" if loss["worse_than_baseline"] else shown
 
 
+def fmt_memory(memory: dict[str, Any] | None) -> str:
+    """The peak-memory cell: the median window peaks of GPU memory, allocated / reserved; '-' where a run has none."""
+    if memory is None:
+        return "-"
+    return f"{memory['median_allocated_mb']:.0f} / {memory['median_reserved_mb']:.0f}"
+
+
 def fmt_opt(v: float | None, fmt: str) -> str:
     return "n/a" if v is None else fmt.format(v)
 
@@ -62,8 +69,10 @@ def kernel_class_lines(groups: list[dict[str, Any]]) -> str:
 def _rates_section(out, table):
     """The rates, the ratios to the baseline and the paired sign test; each pair's ratio."""
     out.write(
-        "| group | n | median samples/s | final loss | min | max | spread | ratio of medians | min/max bounds "
-        "| pairs | paired ratio: median (range) | sign test p | verdict |\n" + "|---" * 13 + "|\n"
+        "| group | n | median samples/s | peak GPU MB allocated / reserved | final loss | min | max | spread "
+        "| ratio of medians | min/max bounds | pairs | paired ratio: median (range) | sign test p | verdict |\n"
+        + "|---" * 14
+        + "|\n"
     )
     for g in table["groups"]:
         cells = ["baseline", "", "", "", ""]
@@ -78,7 +87,8 @@ def _rates_section(out, table):
             ]
         shown = "" if g["verdict"] == "baseline" else g["verdict"]
         out.write(
-            f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_loss(g['loss'])} | {fmt_rate(g['min'])} "
+            f"| {g['group']} | {g['n']} | {fmt_rate(g['median'])} | {fmt_memory(g.get('memory'))} "
+            f"| {fmt_loss(g['loss'])} | {fmt_rate(g['min'])} "
             f"| {fmt_rate(g['max'])} "
             f"| {g['spread']:.2f} | {' | '.join(cells)} | {shown} |\n"
         )
@@ -265,6 +275,8 @@ CSV_COLUMNS = [
     "flops_per_sample",
     "median_tflops",
     "median_mfu",
+    "peak_allocated_mb",
+    "peak_reserved_mb",
     "gpu_bound_share",
     "gpu_idle_share",
     "input_gap_share",
@@ -313,6 +325,11 @@ def csv_text(result: dict[str, Any]) -> str:
                     c.get("flops_per_sample") or "",
                     c.get("median_tflops", ""),
                     "" if c.get("median_mfu") is None else c["median_mfu"],
+                    *(
+                        ("", "")
+                        if not g.get("memory")
+                        else (g["memory"]["median_allocated_mb"], g["memory"]["median_reserved_mb"])
+                    ),
                     b.get("median_share", ""),
                     e.get("gpu_idle_share", ""),
                     e.get("input_gap_share", ""),

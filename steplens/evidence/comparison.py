@@ -288,6 +288,7 @@ def compare_machine(
         row["ceiling"] = hardware_ceiling(runs)
         row["rank_spread"] = rank_spread(runs)
         row["loss"] = final_loss(runs)
+        row["memory"] = peak_memory(runs)
         rows.append(row)
     return {
         "machine": dict(zip(MACHINE, machine)),
@@ -318,6 +319,20 @@ def gpu_bound(runs: list[dict[str, Any]]) -> dict[str, float] | None:
         "min_share": min(shares),
         "median_gpu_ms_per_step": statistics.median(ms),
         "median_gpu_time_samples_per_sec": statistics.median(rates),
+    }
+
+
+def peak_memory(runs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The median of the runs' window peaks of GPU memory (MB), allocated and reserved; None where a run has none
+    (a CPU run, or one from before the peak was logged)."""
+    allocated = [r["outputs"].get("peak_allocated_mb") for r in runs]
+    reserved = [r["outputs"].get("peak_reserved_mb") for r in runs]
+    if any(v is None for v in allocated + reserved):
+        return None
+    return {
+        "median_allocated_mb": statistics.median(allocated),
+        "max_allocated_mb": max(allocated),
+        "median_reserved_mb": statistics.median(reserved),
     }
 
 

@@ -1,4 +1,5 @@
-"""What a bench run prints at its end and logs as Polyaxon outputs: the rate, GPU-bound share, ceiling and loss."""
+"""What a bench run prints at its end and logs as Polyaxon outputs: the rate, its peak memory, GPU-bound share,
+ceiling and loss."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ BENCH_OUTPUTS = (
     "mfu",
     "peak_tflops",
     "peak_precision",
+    "peak_allocated_mb",
+    "peak_reserved_mb",
+    "peak_memory_note",
 )
 
 
@@ -44,6 +48,7 @@ def log_bench(record: RunRecord, results: dict[str, Any], args: argparse.Namespa
         f"{args.batch_size} in {results['window_seconds']:.3f}s, device {record['environment']['gpu']}, "
         f"workers {args.workers}){bound}{rank_outputs.describe_bench(results)}"
     )
+    print(memory_line(results))
     c = results["ceiling"]
     mfu = (
         f"MFU {c['mfu']:.1%} of the {c['peak_precision']} dense peak, {c['peak_tflops']:g} TFLOP/s"
@@ -57,3 +62,13 @@ def log_bench(record: RunRecord, results: dict[str, Any], args: argparse.Namespa
     )
     print(learning.log_losses(record, results))
     return {k: results[k] for k in (*BENCH_OUTPUTS, *rank_outputs.BENCH_OUTPUTS) if results.get(k) is not None}
+
+
+def memory_line(results: dict[str, Any]) -> str:
+    """The window's peak GPU memory beside its rate, or why there is none."""
+    if results.get("peak_allocated_mb") is None:
+        return f"bench: peak memory n/a: {results.get('peak_memory_note') or 'not recorded'}"
+    return (
+        f"bench: the window peaked at {results['peak_allocated_mb']:.1f} MB allocated, "
+        f"{results['peak_reserved_mb']:.1f} MB reserved by the caching allocator (MB = 10^6 bytes)"
+    )

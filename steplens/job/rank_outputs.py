@@ -29,6 +29,7 @@ def bench_results(world: World, results: dict[str, Any]) -> dict[str, Any]:
         "samples_per_sec": results["samples_per_sec"],
         "window_seconds": results["window_seconds"],
         "window_samples": results["window_samples"],
+        "peak_allocated_mb": results.get("peak_allocated_mb"),  # each rank's own GPU
         "host": platform.node(),
         "device": str(world.device),
     }

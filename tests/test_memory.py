@@ -105,7 +105,7 @@ def test_made_trace_gives_the_known_sums_per_step_and_scope():
     assert peak(s2) == {NEXT_BATCH: 113, TO_DEVICE: 113, FORWARD_BACKWARD: 233, OPTIMIZER: 123}
     assert s2["scopes"][FORWARD_BACKWARD]["reserved_change"] == 100 * MB
     assert dev["window"]["allocated_peak"] == 233 * MB and dev["window"]["reserved_peak"] == 300 * MB
-    assert dev["outside_steps"] == 0 and dev["running_total_breaks"] == 0 and dev["repeated_events_dropped"] == 0
+    assert dev["outside_steps"] == 0 and dev["running_total_breaks"] == 0
 
 
 def test_memory_events_are_read_in_time_order_whatever_the_file_order():
@@ -119,10 +119,10 @@ def test_memory_events_written_twice_count_once():
     """A trace written twice: every memory event repeated is read once, and the figures stay those of one copy."""
     events = made_trace()
     mems = [e for e in events if e["ph"] == "i"]
-    twice = summarize.summarize_events(events + mems)["memory"]["devices"]["cuda:0"]
-    once = summarize.summarize_events(events)["memory"]["devices"]["cuda:0"]
-    assert twice["repeated_events_dropped"] == len(mems)
-    assert twice["steps"] == once["steps"]
+    read = summarize.summarize_events(events + mems)
+    twice, once = read["memory"], summarize.summarize_events(events)["memory"]
+    assert [(d["kind"], d["count"]) for d in read["damage"]] == [("duplicate_memory", len(mems))]
+    assert twice == once and read["damage_withheld"] is None
 
 
 def test_cpu_memory_has_no_reserved_figures_and_says_why():

@@ -229,7 +229,6 @@ def format_memory(ev: dict[str, Any], table: bool) -> list[str]:
         for key, what in (
             ("outside_steps", "events outside every step, in no figure"),
             ("running_total_breaks", "events whose allocated total is not the one before plus their bytes"),
-            ("repeated_events_dropped", "events written twice, read once"),
         ):
             if dev[key]:
                 parts.append(f"{ev['trace']}: memory {name}: {dev[key]} {what}")

@@ -107,6 +107,7 @@ class _Reading:
 def trace_header(r: _Reading, name: str) -> dict[str, Any]:
     """The figures of the trace as a whole: its input source, its scopes and what Perfetto would drop."""
     crossing = crossing_slices(r.t.threads)
+    mem = memory.figures(r.t.memory, r.t.steps, r.t.scopes, SCOPES, r.t.damage)  # its damage first
     return {
         "trace": name,
         "has_gpu": bool(r.t.gpu),
@@ -116,7 +117,7 @@ def trace_header(r: _Reading, name: str) -> dict[str, Any]:
         "caveat": CAVEAT,
         "input_source": r.source,
         "scopes_present": [n for n in SCOPES if n in r.present],
-        "memory": memory.figures(r.t.memory, r.t.steps, r.t.scopes, SCOPES),
+        "memory": mem,
         "crossing_slices": {
             "count": sum(crossing.values()),
             "by_thread": {f"{p}/{tid}": n for (p, tid), n in crossing.items()},

@@ -24,6 +24,8 @@ KINDS = {
     "negative_duration": ("complete events with a negative dur", "skipped"),
     "far_outside": (f"complete events more than {3600:,} s from the trace's other events", "skipped"),
     "duplicate": ("complete events written twice (same name, track, start and duration)", "removed"),
+    "duplicate_memory": ("[memory] events written twice (same device, time and totals)", "read once"),
+    "unreadable_memory": ("[memory] events without a finite time or numeric totals", "skipped"),
     "repeated_step": ("ProfilerStep#N numbers carried by more than one slice", "kept"),
     "overlapping_steps": ("ProfilerStep slices that overlap the next step", "kept"),
 }
@@ -84,7 +86,7 @@ class Damage:
         Duplicates (removed exactly), numbers written as strings (read as numbers) and entries that are no
         events change nothing; any other damage to a step, a scope, a launch or a GPU event does.
         """
-        harmless = {"duplicate", "string_number", "non_object"}
+        harmless = {"duplicate", "string_number", "non_object", "duplicate_memory", "unreadable_memory"}
         hits = [f"{self.touching[k]} {KINDS[k][0]}" for k in KINDS if k not in harmless and self.touching.get(k)]
         return "; ".join(hits) or None
 

@@ -11,6 +11,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from steplens.trace.damage import Damage
+
 MEMORY_EVENT = "[memory]"
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 NO_EVENTS = (
@@ -139,15 +141,26 @@ def breaks(d: Device) -> int:
 
 
 def figures(
-    memory: Memory, steps: list[tuple[int, float, float]], scopes: dict[str, list[list[float]]], names: Iterable[str]
+    memory: Memory,
+    steps: list[tuple[int, float, float]],
+    scopes: dict[str, list[list[float]]],
+    names: Iterable[str],
+    damage: Damage | None = None,
 ) -> dict[str, Any]:
     """Per device: each step's allocated and reserved memory at its start, peak and end, and each scope's net change
-    and peak inside it (bytes); the window's peaks; the events no step holds. names: the scopes to read."""
-    total = sum(len(d.ts) for d in memory.devices.values())
+    and peak inside it (bytes); the window's peaks; the events no step holds. names: the scopes to read.
+    damage: where memory events written twice (read once) and unreadable ones (skipped) are counted."""
+    devices = {name: _sorted(memory.devices[name]) for name in memory.devices}
+    total = sum(len(d.ts) for d, _ in devices.values())
     out = {"events": total, "unreadable_events": memory.unreadable, "null_reason": None if total else NO_EVENTS}
     out["devices"] = {}
-    for name in sorted(memory.devices, key=lambda n: (n == "cpu", n)):
-        d, repeated = _sorted(memory.devices[name])
+    if damage is not None:
+        for _ in range(sum(repeated for _, repeated in devices.values())):
+            damage.add("duplicate_memory", {"name": "[memory]"}, False)
+        for _ in range(memory.unreadable):
+            damage.add("unreadable_memory", {"name": "[memory]"}, False)
+    for name in sorted(devices, key=lambda n: (n == "cpu", n)):
+        d, repeated = devices[name]
         rows = []
         for num, a, b in steps:
             row = {"step": num, **_span(d, a, b)}
@@ -156,7 +169,6 @@ def figures(
         inside = sum(r["events"] for r in rows)
         dev = {
             "events": len(d.ts),
-            "repeated_events_dropped": repeated,
             "outside_steps": len(d.ts) - inside,
             "running_total_breaks": breaks(d),
             "reserved_null_reason": CPU_RESERVED if name == "cpu" else None,

@@ -46,6 +46,7 @@ LAYERS = {
     ],
     "steplens.job": [
         "steplens.job.paths",
+        "steplens.job.loader_timeline",
         "steplens.job.overview",
         "steplens.job.machine",
         "steplens.job.runrecord",

@@ -257,6 +257,12 @@ def verdict_of(r: dict[str, Any]) -> str | None:
     return v.get("sentence") or (r["plx"].get("outputs") or {}).get("verdict")
 
 
+def input_of(r: dict[str, Any]) -> str | None:
+    """Whether the DataLoader workers kept up with the step over a bench window, in a sentence (or None)."""
+    said = ((r["run"] or {}).get("results") or {}).get("input") or {}
+    return said.get("verdict") or (r["plx"].get("outputs") or {}).get("input_verdict")
+
+
 def cycles_of(r: dict[str, Any]) -> str:
     chosen = (((r["run"] or {}).get("results") or {}).get("evidence") or {}).get("headline_cycles")
     return f" (cycle{'s' if len(chosen) > 1 else ''} {' and '.join(map(str, chosen))})" if chosen else ""
@@ -282,6 +288,11 @@ def report(runs: list[dict[str, Any]]) -> str:
         for r in profile
         if verdict_of(r)
     ] + workers_ratios(bench, profile)
+    answer += [  # the DataLoader's own timeline over each bench window (docs/EVIDENCE.md#the-dataloader-workers)
+        f"bench {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}: input: {input_of(r)}"
+        for r in bench
+        if input_of(r)
+    ]
     if answer:
         out += ["the answer", *[f"  {line}" for line in answer], ""]
     if bench:

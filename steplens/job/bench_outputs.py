@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from steplens.job import learning, rank_outputs
+from steplens.job import learning, loader_timeline, rank_outputs
 
 if TYPE_CHECKING:
     from steplens.job.runrecord import RunRecord
@@ -56,4 +56,8 @@ def log_bench(record: RunRecord, results: dict[str, Any], args: argparse.Namespa
         f"{tflops} TFLOP/s {'per GPU' if record['device'].startswith('cuda') else 'on the CPU'}; {mfu}"
     )
     print(learning.log_losses(record, results))
-    return {k: results[k] for k in (*BENCH_OUTPUTS, *rank_outputs.BENCH_OUTPUTS) if results.get(k) is not None}
+    said = results.get("input") or {}
+    if said.get("verdict") or said.get("note"):
+        print(f"bench: input: {said.get('verdict') or said['note']}")
+    outputs = {k: results[k] for k in (*BENCH_OUTPUTS, *rank_outputs.BENCH_OUTPUTS) if results.get(k) is not None}
+    return {**outputs, **loader_timeline.outputs(results.get("input"))}

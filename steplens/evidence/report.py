@@ -263,6 +263,24 @@ def input_of(r: dict[str, Any]) -> str | None:
     return said.get("verdict") or (r["plx"].get("outputs") or {}).get("input_verdict")
 
 
+def answer_lines(profile: list[dict[str, Any]], bench: list[dict[str, Any]]) -> list[str]:
+    """The report's answer: each profile's verdict, the workers' rates against workers=0, and each bench window's
+    input verdict (whether the DataLoader workers kept up, docs/EVIDENCE.md#the-dataloader-workers)."""
+    return (
+        [
+            f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}{cycles_of(r)}: {verdict_of(r)}"
+            for r in profile
+            if verdict_of(r)
+        ]
+        + workers_ratios(bench, profile)
+        + [
+            f"bench {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}: input: {input_of(r)}"
+            for r in bench
+            if input_of(r)
+        ]
+    )
+
+
 def cycles_of(r: dict[str, Any]) -> str:
     chosen = (((r["run"] or {}).get("results") or {}).get("evidence") or {}).get("headline_cycles")
     return f" (cycle{'s' if len(chosen) > 1 else ''} {' and '.join(map(str, chosen))})" if chosen else ""
@@ -283,16 +301,7 @@ def report(runs: list[dict[str, Any]]) -> str:
     profile = [r for r in ok if settings_of(r).get("mode") == "profile"]
     others = [r for r in runs if r not in ok]
     out = []
-    answer = [
-        f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}{cycles_of(r)}: {verdict_of(r)}"
-        for r in profile
-        if verdict_of(r)
-    ] + workers_ratios(bench, profile)
-    answer += [  # the DataLoader's own timeline over each bench window (docs/EVIDENCE.md#the-dataloader-workers)
-        f"bench {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}: input: {input_of(r)}"
-        for r in bench
-        if input_of(r)
-    ]
+    answer = answer_lines(profile, bench)
     if answer:
         out += ["the answer", *[f"  {line}" for line in answer], ""]
     if bench:

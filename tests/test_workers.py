@@ -326,3 +326,27 @@ def test_worker_slices_nest_on_perfetto_s_integer_ns_reading():
             r = next(r for r in records if e["name"] == f"batch {r['batch']}")
             assert nesting.to_ns(e["ts"]) == r["start_ns"] - RECORDED_BASE
             assert nesting.to_ns(e["dur"]) == r["made_ns"] - r["start_ns"]
+
+
+def test_the_timed_loader_gives_the_same_batches_and_augmentations():
+    """timed_collate changes no batch: two workers, the same seed, with and without it, batch for batch."""
+    import torch
+
+    from steplens.job import data
+
+    dataset = data.SyntheticCIFAR10(data.build_transform(), size=48)
+
+    def loader(**kw):
+        g = torch.Generator()
+        g.manual_seed(7)
+        return torch.utils.data.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=2, generator=g, **kw)
+
+    plain = list(loader())
+    timed = data.Batches(loader(collate_fn=loader_timeline.timed_collate))
+    for images, targets in plain:
+        got_images, got_targets = next(timed)
+        assert torch.equal(images, got_images) and torch.equal(targets, got_targets)
+    records = timed.timeline.records()
+    assert [r["batch"] for r in records] == list(range(len(plain)))
+    assert {r["worker"] for r in records} == {0, 1} and len({r["pid"] for r in records}) == 2
+    check_order(records)

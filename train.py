@@ -48,7 +48,7 @@ from steplens.job.data import (
     window_note,
 )
 from steplens.job.device import resolve_device, synchronize
-from steplens.job.loader_timeline import after_window, into_traces, timed_collate
+from steplens.job.loader_timeline import after_window, into_traces, timed_collate, window_start
 from steplens.job.settings import parse_settings
 from steplens.job.stopping import Stopper, StopRequested
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
@@ -291,7 +291,7 @@ def run_bench(step, device, batches, args, stop, world):
     restarts_before = batches.epoch_restarts
     with stop.steps("bench"):
         print(f"bench: timing {args.bench_steps} steps", file=sys.stderr)
-        t0, wall0 = time.perf_counter(), time.time_ns()
+        start, t0 = window_start(batches), time.perf_counter()  # the clock and the CPU counters (cpu_use)
         for _ in range(args.bench_steps):
             losses.add(step())
             stop.step_done()  # a flag test: no sync
@@ -304,7 +304,7 @@ def run_bench(step, device, batches, args, stop, world):
         "window_samples": args.bench_steps * args.batch_size,
         "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
         **learning.summary(losses.values()),
-        "input": after_window(batches, (wall0, wall1)),  # the DataLoader's figures, read after the window
+        "input": after_window(batches, start, wall1),  # the DataLoader's figures and CPU use, read after the window
     }
     results["window_note"] = window_note(results["epoch_restarts_in_window"], getattr(batches, "loader", None))
     if results["window_note"]:

@@ -46,9 +46,10 @@ LAYERS = {
     ],
     "steplens.job": [
         "steplens.job.paths",
-        "steplens.job.loader_timeline",
         "steplens.job.overview",
         "steplens.job.machine",
+        "steplens.job.cpu_use",
+        "steplens.job.loader_timeline",
         "steplens.job.runrecord",
         "steplens.job.checks",
         "steplens.job.stopping",

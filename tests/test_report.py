@@ -40,7 +40,8 @@ def fabricated(root):
                 "window_seconds": 1.0,
                 "input": {
                     "verdict": "the 4 workers make a batch every 9.1 ms; the step asks every 8.7 ms: "
-                    "the workers are the limit"
+                    "the workers are the limit",
+                    "cpu": {"cpu_sentence": "3.96 of the budget's 4 CPUs used: CPU-bound"},
                 },
             },
         },
@@ -98,6 +99,7 @@ def test_report_shows_rates_evidence_traces_and_failures(tmp_path):
     assert text.index("ffffffff") < text.index("rrrrrrrr"), "rows follow the creation order"
     answer = text.split("\n\n")[0]
     assert "bench bbbbbbbb --workers 4 on cpu: input: the 4 workers make a batch every 9.1 ms" in answer, answer
+    assert "the workers are the limit; 3.96 of the budget's 4 CPUs used: CPU-bound" in answer
     assert "ffffffff" not in answer, "a failed run's window says nothing of its workers"
 
 

@@ -16,6 +16,7 @@ from steplens.trace import nesting
 # Batch 2: the step is about half as long as at TINY's 4, on a busy 2-core machine.
 SMALL = [*TINY[: TINY.index("--batch-size")], "--batch-size", "2", *TINY[TINY.index("--batch-size") + 2 :]]
 WAIT_TOLERANCE_S = 0.002  # time.time_ns() and perf_counter() are read back to back, microseconds apart
+CPU_TOLERANCE = 0.1  # CPU time is counted in clock ticks (10 ms): over a window of seconds, a few ticks either way
 TRACE_TOLERANCE_US = 1000  # the profiler's clock against time.time_ns(), placed through baseTimeNanoseconds
 
 
@@ -144,7 +145,14 @@ def test_a_fast_transform_keeps_up(fast):
     assert "input keeps up" in figures["verdict"]
     assert figures["supply_ms"] < figures["demand_ms"]
     assert fast["outputs"]["input_verdict"] == figures["verdict"]
-    assert f"bench: input: {figures['verdict']}" in fast["proc"].stdout
+    assert f"bench: input: {figures['verdict']}; " in fast["proc"].stdout
+    # CPU use over the window: the main process and both workers, within the job's budget
+    cpu, budget = figures["cpu"], fast["run"]["cpu_budget"]["cpus"]
+    assert cpu["budget_cpus"] == budget and cpu["main_cpu_s"] > 0
+    assert len(cpu["workers_cpu_s"]) == 2 and all(s is not None and s >= 0 for s in cpu["workers_cpu_s"].values())
+    assert 0 < cpu["cpus_used"] <= budget + CPU_TOLERANCE
+    assert f"of the budget's {budget:g} CPUs used" in cpu["cpu_sentence"]
+    assert fast["outputs"]["cpus_used"] == cpu["cpus_used"]
 
 
 def test_a_slow_transform_makes_the_verdict_name_the_workers(slow):
@@ -165,6 +173,7 @@ def test_without_workers_the_main_process_makes_the_figures(tmp_path_factory):
     assert {r["worker"] for r in records} == {-1} and len({r["pid"] for r in records}) == 1
     assert all(r["asked_ns"] <= r["start_ns"] for r in records if r["asked_ns"] is not None)
     assert figures["verdict"].startswith("no worker processes")
+    assert figures["cpu"]["workers_cpu_s"] == {} and figures["cpu"]["main_cpu_s"] > 0
 
 
 def test_a_bad_slow_sample_hook_is_refused_in_one_line(tmp_path):

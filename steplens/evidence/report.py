@@ -260,7 +260,10 @@ def verdict_of(r: dict[str, Any]) -> str | None:
 def input_of(r: dict[str, Any]) -> str | None:
     """Whether the DataLoader workers kept up with the step over a bench window, in a sentence (or None)."""
     said = ((r["run"] or {}).get("results") or {}).get("input") or {}
-    return said.get("verdict") or (r["plx"].get("outputs") or {}).get("input_verdict")
+    outputs = r["plx"].get("outputs") or {}
+    verdict = said.get("verdict") or outputs.get("input_verdict")
+    cpu = (said.get("cpu") or {}).get("cpu_sentence") or outputs.get("cpu_sentence")
+    return f"{verdict}; {cpu}" if verdict and cpu else verdict
 
 
 def answer_lines(profile: list[dict[str, Any]], bench: list[dict[str, Any]]) -> list[str]:

@@ -58,6 +58,7 @@ def log_bench(record: RunRecord, results: dict[str, Any], args: argparse.Namespa
     print(learning.log_losses(record, results))
     said = results.get("input") or {}
     if said.get("verdict") or said.get("note"):
-        print(f"bench: input: {said.get('verdict') or said['note']}")
+        cpu = (said.get("cpu") or {}).get("cpu_sentence")
+        print(f"bench: input: {said.get('verdict') or said['note']}{f'; {cpu}' if cpu else ''}")
     outputs = {k: results[k] for k in (*BENCH_OUTPUTS, *rank_outputs.BENCH_OUTPUTS) if results.get(k) is not None}
     return {**outputs, **loader_timeline.outputs(results.get("input"))}

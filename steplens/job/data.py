@@ -255,6 +255,10 @@ class Batches:
     def __iter__(self):
         return self
 
+    def worker_pids(self) -> list[int]:
+        """The pids of the DataLoader's worker processes now running (none at --workers 0)."""
+        return [w.pid for w in getattr(self._it, "_workers", [])]  # torch's multi-process iterator keeps them
+
     def __next__(self):
         t0, asked = time.perf_counter(), time.time_ns()
         try:

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from steplens.atomic import write_atomic
+from steplens.job import cpu_use
+from steplens.job.machine import cpu_budget
 from steplens.trace import nesting
 
 WORKER_CAT = "dataloader_worker"  # the cat of the slices added to a trace (no reader of the profiler's events uses it)
@@ -309,15 +311,23 @@ def into_traces(cycles: list[dict[str, Any]], batches: Any) -> dict[str, Any] | 
     return window_figures(records, windows, timeline.workers)
 
 
-def after_window(batches: Any, window: tuple[int, int]) -> dict[str, Any] | None:
-    """Bench mode, after the timed window: the batches the workers queued during it are taken (untimed) so
-    that their times count, then the window's figures. None without a DataLoader."""
+def window_start(batches: Any) -> dict[str, Any]:
+    """Bench mode, just before the timed window: the wall clock and the CPU counters (cpu_use.snapshot)."""
+    pids = batches.worker_pids() if hasattr(batches, "worker_pids") else []
+    return cpu_use.snapshot(pids)
+
+
+def after_window(batches: Any, start: dict[str, Any], end_ns: int) -> dict[str, Any] | None:
+    """Bench mode, after the timed window: the CPU counters first, then the batches the workers queued during
+    the window are taken (untimed) so that their times count; the window's figures, with its CPU use under
+    "cpu". None without a DataLoader."""
     timeline = getattr(batches, "timeline", None)
     if timeline is None:
         return None
+    cpu = cpu_use.window_use(start, cpu_use.snapshot(list(start["workers"])), cpu_budget()["cpus"])
     for _ in range(timeline.queue_depth):
         next(batches)
-    return window_figures(timeline.records(), [window], timeline.workers)
+    return {**window_figures(timeline.records(), [(start["wall_ns"], end_ns)], timeline.workers), "cpu": cpu}
 
 
 def outputs(figures: dict[str, Any] | None) -> dict[str, Any]:
@@ -336,4 +346,7 @@ def outputs(figures: dict[str, Any] | None) -> dict[str, Any]:
         "input_transport_ms": figures["transport_ms"]["median"],
         "input_busy_share_mean": round(sum(busy) / len(busy), 4) if busy else None,
     }
+    cpu = figures.get("cpu") or {}
+    out.update(cpus_used=cpu.get("cpus_used"), cpu_throttled_share=cpu.get("throttled_share"))
+    out.update(cpu_bound=cpu.get("cpu_bound"), cpu_sentence=cpu.get("cpu_sentence"))
     return {k: v for k, v in out.items() if v is not None}

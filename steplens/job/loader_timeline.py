@@ -15,6 +15,7 @@ import json
 import os
 import statistics
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -79,7 +80,8 @@ class Timeline:
     """The main process's side: each batch's times, kept as the step receives it (a tuple append, no I/O)."""
 
     def __init__(self, workers: int, queue_depth: int):
-        self.workers, self.queue_depth, self.rows, self.count = workers, queue_depth, [], 0
+        self.workers, self.queue_depth, self.count = workers, queue_depth, 0
+        self.rows: deque[tuple] = deque(maxlen=KEEP)
 
     def received(self, item: Any, asked: tuple[int, int], wait_s: float, epoch: int) -> Any:
         """The batch inside item (item itself when it carries no times), its times noted: asked = (when the step
@@ -89,8 +91,6 @@ class Timeline:
         pin = item.pin or (None, None)
         self.rows.append((self.count, epoch, *item.made, *pin, *asked, wait_s))
         self.count += 1
-        if len(self.rows) > KEEP:
-            del self.rows[: len(self.rows) - KEEP]
         return item.batch
 
     def records(self) -> list[dict[str, Any]]:

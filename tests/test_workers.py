@@ -383,3 +383,39 @@ def test_the_timed_loader_gives_the_same_batches_and_augmentations():
     assert [r["batch"] for r in records] == list(range(len(plain)))
     assert {r["worker"] for r in records} == {0, 1} and len({r["pid"] for r in records}) == 2
     check_order(records)
+
+
+class _NoShm:
+    """A data set whose every sample fails as PyTorch fails when /dev/shm is full."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        raise RuntimeError("unable to write to file </torch_1_2_3>: No space left on device (28)")
+
+
+class _Broken(_NoShm):
+    def __getitem__(self, index):
+        raise RuntimeError("a bug of the data set's own")
+
+
+def test_a_full_shared_memory_is_answered_in_one_line_naming_its_size_and_the_fix():
+    """Through a real worker process: PyTorch's "unable to write to file </torch_...>" becomes one line that
+    names /dev/shm's size and the polyaxonfile's shm volume; any other error passes unchanged."""
+    import torch
+
+    from steplens.errors import UserError
+    from steplens.job import data
+
+    for workers in (0, 1):
+        batches = data.Batches(torch.utils.data.DataLoader(_NoShm(), batch_size=2, num_workers=workers))
+        with pytest.raises(UserError) as e:
+            next(batches)
+        said = str(e.value)
+        assert "\n" not in said and "unable to write to file </torch_1_2_3>" in said
+        assert "/dev/shm holds" in said and "MB in use" in said and "plugins: shm: true" in said
+        broken = data.Batches(torch.utils.data.DataLoader(_Broken(), batch_size=2, num_workers=workers))
+        with pytest.raises(RuntimeError, match="a bug of the data set's own") as other:
+            next(broken)
+        assert not isinstance(other.value, UserError)

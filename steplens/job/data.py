@@ -255,6 +255,12 @@ class Batches:
     def __iter__(self):
         return self
 
+    def _next_or_shm_error(self):
+        try:
+            return next(self._it)
+        except RuntimeError as e:
+            raise shm_error(e) or e
+
     def worker_pids(self) -> list[int]:
         """The pids of the DataLoader's worker processes now running (none at --workers 0)."""
         return [w.pid for w in getattr(self._it, "_workers", [])]  # torch's multi-process iterator keeps them
@@ -268,11 +274,41 @@ class Batches:
             if hasattr(self.loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle per epoch
                 self.loader.sampler.set_epoch(self.epoch_restarts)
             self._it = iter(self.loader)
-            item = next(self._it)
+            item = self._next_or_shm_error()
+        except RuntimeError as e:
+            raise shm_error(e) or e
         wait, received = time.perf_counter() - t0, time.time_ns()
         self.waited_s += wait
         # a TimedBatch (loader_timeline.timed_collate) gives back default_collate's batch; its times are kept
         return self.timeline.received(item, (asked, received), wait, self.epoch_restarts)
+
+
+SHM_SIGNS = (  # PyTorch's words when a batch cannot pass through shared memory
+    "unable to write to file </torch_",
+    "unable to open shared memory",
+    "unable to allocate shared memory",
+    "out of shared memory",
+    "killed by signal: Bus error",
+)
+
+
+def shm_error(e: BaseException, shm: str = "/dev/shm") -> UserError | None:
+    """A DataLoader error that says /dev/shm is too small, as one line naming its size and the fix; else None."""
+    text = str(e)
+    if not any(sign in text for sign in SHM_SIGNS):
+        return None
+    try:
+        st = os.statvfs(shm)
+        total, used = st.f_blocks * st.f_frsize / 2**20, (st.f_blocks - st.f_bfree) * st.f_frsize / 2**20
+        size = f"{shm} holds {total:.0f} MB, {used:.0f} MB in use"
+    except OSError:
+        size = f"{shm} could not be read"
+    said = next((line.strip() for line in text.splitlines() if any(sign in line for sign in SHM_SIGNS)), "")
+    return UserError(
+        f"the DataLoader workers could not pass a batch through shared memory ({said}; {size}): give the job a "
+        "larger /dev/shm (polyaxonfile.yaml's plugins: shm: true; docker run --shm-size), or lower --workers "
+        "or --batch-size"
+    )
 
 
 def loader_facts(loader: DataLoader, workers: int) -> dict[str, Any]:

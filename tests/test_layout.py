@@ -49,6 +49,7 @@ LAYERS = {
         "steplens.job.overview",
         "steplens.job.machine",
         "steplens.job.cpu_use",
+        "steplens.job.host_memory",
         "steplens.job.loader_timeline",
         "steplens.job.runrecord",
         "steplens.job.checks",

@@ -177,6 +177,12 @@ def test_a_fast_transform_keeps_up(fast):
     assert 0 < cpu["cpus_used"] <= budget + CPU_TOLERANCE
     assert f"of the budget's {budget:g} CPUs used" in cpu["cpu_sentence"]
     assert fast["outputs"]["cpus_used"] == cpu["cpus_used"]
+    # host memory just after the window: each process's PSS no larger than its peak resident set
+    memory = figures["memory"]
+    assert 0 < memory["main_pss_mb"] <= memory["main_peak_rss_mb"]
+    assert len(memory["workers"]) == 2 and all(0 < w["pss_mb"] <= w["peak_rss_mb"] for w in memory["workers"].values())
+    assert memory["workers_pss_mb"] == round(sum(w["pss_mb"] for w in memory["workers"].values()), 1)
+    assert fast["outputs"]["main_pss_mb"] == memory["main_pss_mb"]
 
 
 def test_a_slow_transform_makes_the_verdict_name_the_workers(slow):

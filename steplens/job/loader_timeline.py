@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from steplens.atomic import write_atomic
-from steplens.job import cpu_use
+from steplens.job import cpu_use, host_memory
 from steplens.job.machine import cpu_budget
 from steplens.trace import nesting
 
@@ -318,16 +318,18 @@ def window_start(batches: Any) -> dict[str, Any]:
 
 
 def after_window(batches: Any, start: dict[str, Any], end_ns: int) -> dict[str, Any] | None:
-    """Bench mode, after the timed window: the CPU counters first, then the batches the workers queued during
-    the window are taken (untimed) so that their times count; the window's figures, with its CPU use under
-    "cpu". None without a DataLoader."""
+    """Bench mode, after the timed window: the CPU counters and host memory first, then the batches the workers
+    queued during the window are taken (untimed) so that their times count; the window's figures, with its CPU
+    use under "cpu" and memory under "memory". None without a DataLoader."""
     timeline = getattr(batches, "timeline", None)
     if timeline is None:
         return None
     cpu = cpu_use.window_use(start, cpu_use.snapshot(list(start["workers"])), cpu_budget()["cpus"])
+    memory = host_memory.read(list(start["workers"]))
     for _ in range(timeline.queue_depth):
         next(batches)
-    return {**window_figures(timeline.records(), [(start["wall_ns"], end_ns)], timeline.workers), "cpu": cpu}
+    figures = window_figures(timeline.records(), [(start["wall_ns"], end_ns)], timeline.workers)
+    return {**figures, "cpu": cpu, "memory": memory}
 
 
 def outputs(figures: dict[str, Any] | None) -> dict[str, Any]:
@@ -349,4 +351,6 @@ def outputs(figures: dict[str, Any] | None) -> dict[str, Any]:
     cpu = figures.get("cpu") or {}
     out.update(cpus_used=cpu.get("cpus_used"), cpu_throttled_share=cpu.get("throttled_share"))
     out.update(cpu_bound=cpu.get("cpu_bound"), cpu_sentence=cpu.get("cpu_sentence"))
+    memory = figures.get("memory") or {}
+    out.update({k: memory.get(k) for k in ("main_pss_mb", "workers_pss_mb", "shm_used_mb", "shm_size_mb")})
     return {k: v for k, v in out.items() if v is not None}

@@ -202,7 +202,7 @@ def test_without_workers_the_main_process_makes_the_figures(tmp_path_factory):
     check_order(records)
     assert {r["worker"] for r in records} == {-1} and len({r["pid"] for r in records}) == 1
     assert all(r["asked_ns"] <= r["start_ns"] for r in records if r["asked_ns"] is not None)
-    assert figures["verdict"].startswith("no worker processes")
+    assert figures["verdict"].startswith("no worker processes") and figures["workers_limit"] is None
     assert figures["cpu"]["workers_cpu_s"] == {} and figures["cpu"]["main_cpu_s"] > 0
 
 

@@ -181,7 +181,7 @@ def verdict(f: dict[str, Any]) -> tuple[str | None, bool | None]:
         return (
             f"no worker processes: the step makes each batch itself, {x:.1f} ms beside {y:.1f} ms of its own "
             f"work ({100 * share:.0f}% of the loop): input is on the step's path",
-            True,
+            None,  # no worker processes to be the limit
         )
     n = f["workers"]
     said = f"the {n} worker{'s' if n > 1 else ''} make a batch every {x:.1f} ms; the step asks every {y:.1f} ms"

@@ -48,6 +48,7 @@ from steplens.job.data import (
     window_note,
 )
 from steplens.job.device import WindowPeak, resolve_device, synchronize
+from steplens.job.loader_timeline import after_window, into_traces, timed_collate, window_start
 from steplens.job.settings import parse_settings
 from steplens.job.stopping import Stopper, StopRequested
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
@@ -81,6 +82,7 @@ def build_loader(dataset, args, device, world):
         pin_memory=device.type == "cuda",
         drop_last=True,
         generator=generator,
+        collate_fn=timed_collate,  # default_collate's batch, with when and where it was made (loader_timeline)
         **knobs,
     )
 
@@ -226,7 +228,7 @@ def warm_up(step, device, args, stop):
 # --------------------------------------------------------------------------- mode=profile
 
 
-def run_profile(step, device, out_dir, args, loader, stop, world, input_clock=None):
+def run_profile(step, device, out_dir, args, loader, stop, world, batches):
     """Ten steps under the tutorial's schedule, between two blocks of unprofiled steps (the profiler's cost):
     one trace and two operator tables per cycle, every pause between steps timed, then the evidence."""
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -240,7 +242,7 @@ def run_profile(step, device, out_dir, args, loader, stop, world, input_clock=No
     account = capture.queue_account(loader, args)  # the workers' queue, the options the verdict names
     sync, laps = (lambda: synchronize(device)), (lambda: capture.Laps(cuda))
     with capture.bracketed(step, PROFILE_STEPS, sync, stop, laps, settle=account["queue_depth"]) as timing:
-        pauses = capture.Pauses(since=timing.pop("since"), input_clock=input_clock)  # Batches.waited_s
+        pauses = capture.Pauses(since=timing.pop("since"), input_clock=capture.input_clock(batches))
         with (
             stop.steps("profile"),
             profile(
@@ -258,6 +260,7 @@ def run_profile(step, device, out_dir, args, loader, stop, world, input_clock=No
                 stop.step_done()
     # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
     timing.update(pauses_s=pauses.seconds, steps_s=pauses.step_seconds, inputs_s=pauses.input_seconds)
+    timing["input"] = into_traces(save_trace.cycles, batches)  # a track per DataLoader worker; their figures
     evidence = cycle_evidence.write_evidence(save_trace.cycles, {**timing, **account})
     results = {
         "evidence": evidence,
@@ -282,18 +285,17 @@ def run_bench(step, device, batches, args, stop, world):
     """--bench-steps batches between two synchronizations, nothing syncing in between (each step's loss is
     copied on the device and read after the window); in DDP the ranks start together and the longest rank
     window sets the global rate."""
-    losses = learning.LossCurve(device, args.bench_steps)
-    peak = WindowPeak(device)  # synchronizes, then zeroes the GPU allocator's peak counters
+    losses, peak = learning.LossCurve(device, args.bench_steps), WindowPeak(device)  # peak: syncs, zeroes counters
     world.barrier()
     restarts_before = batches.epoch_restarts
     with stop.steps("bench"):
         print(f"bench: timing {args.bench_steps} steps", file=sys.stderr)
-        t0 = time.perf_counter()
+        start, t0 = window_start(batches), time.perf_counter()  # the clock and the CPU counters (cpu_use)
         for _ in range(args.bench_steps):
             losses.add(step())
             stop.step_done()  # a flag test: no sync
         synchronize(device)
-    seconds = time.perf_counter() - t0
+    seconds, wall1 = time.perf_counter() - t0, time.time_ns()
     results = {
         "samples_per_sec": args.bench_steps * args.batch_size / seconds,
         "window_seconds": seconds,
@@ -302,6 +304,7 @@ def run_bench(step, device, batches, args, stop, world):
         "epoch_restarts_in_window": batches.epoch_restarts - restarts_before,
         **learning.summary(losses.values()),
         **peak.read(),  # the window's peak GPU memory, read after its clock stopped
+        "input": after_window(batches, start, wall1),  # the DataLoader's figures and CPU use, read after the window
     }
     results["window_note"] = window_note(results["epoch_restarts_in_window"], getattr(batches, "loader", None))
     if results["window_note"]:
@@ -317,8 +320,7 @@ def run_bench(step, device, batches, args, stop, world):
 
 def main(argv=None):
     args = parse_settings(argv)  # exits 2 in one line on a bad flag, before torch is imported
-    stop = Stopper()
-    world = record = None
+    stop, world, record = Stopper(), None, None
     try:
         budget = machine.cpu_budget()
         workers_note = checks.check_workers(args, budget)
@@ -357,10 +359,8 @@ def main(argv=None):
             record["cuda_graph"] = step.info
 
         if args.mode == "profile":
-            clock = (lambda: batches.waited_s) if hasattr(batches, "waited_s") else None
-            record["results"] = results = run_profile(
-                step, device, record.out_dir, args, facts["loader"], stop, world, clock
-            )
+            results = run_profile(step, device, record.out_dir, args, facts["loader"], stop, world, batches)
+            record["results"] = results
             outputs = runrecord.log_cycles(record, results)
             outputs.update(rank_outputs.profile_evidence(world, record, results))  # DDP: the slow rank and its stage
         else:

@@ -32,7 +32,19 @@ def fabricated(root):
         "succeeded",
         {"mode": "bench", "workers": 4},
         {"samples_per_sec": 42.5},
-        {"device": "cpu", "results": {"samples_per_sec": 42.5, "window_steps": 5, "window_seconds": 1.0}},
+        {
+            "device": "cpu",
+            "results": {
+                "samples_per_sec": 42.5,
+                "window_steps": 5,
+                "window_seconds": 1.0,
+                "input": {
+                    "verdict": "the 4 workers make a batch every 9.1 ms; the step asks every 8.7 ms: "
+                    "the workers are the limit",
+                    "cpu": {"cpu_sentence": "3.96 of the budget's 4 CPUs used: CPU-bound"},
+                },
+            },
+        },
     )
     p = make_run(
         root,
@@ -85,6 +97,10 @@ def test_report_shows_rates_evidence_traces_and_failures(tmp_path):
     assert "/elsewhere" not in text, "a trace recorded on another machine is looked up under the root"
     assert "[failed] UserError: boom" in text and "[running] no run.json" in text
     assert text.index("ffffffff") < text.index("rrrrrrrr"), "rows follow the creation order"
+    answer = text.split("\n\n")[0]
+    assert "bench bbbbbbbb --workers 4 on cpu: input: the 4 workers make a batch every 9.1 ms" in answer, answer
+    assert "the workers are the limit; 3.96 of the budget's 4 CPUs used: CPU-bound" in answer
+    assert "ffffffff" not in answer, "a failed run's window says nothing of its workers"
 
 
 def test_report_since_and_missing_runs(tmp_path, capsys):

@@ -91,6 +91,22 @@ def perfetto_line(cycle: dict[str, Any]) -> list[str]:
     ]
 
 
+def input_lines(figures: dict[str, Any] | None) -> list[str]:
+    """The evidence text's lines on the DataLoader's own timeline (docs/EVIDENCE.md#the-dataloader-workers)."""
+    if not figures:
+        return []
+    if not figures.get("verdict"):
+        return [f"input: {figures.get('note') or 'too few batches in the window to tell'}"]
+    busy = ", ".join(f"{k} {100 * v:.0f}%" for k, v in figures["busy_share"].items())
+    make, transport = figures["make_ms"], figures["transport_ms"]
+    return [
+        f"input: {figures['verdict']}",
+        f"  busy share per worker: {busy}; one batch takes {make['median']:.1f} ms to make (p90 "
+        f"{make['p90']:.1f}); transport {transport['median']:.2f} ms (p90 {transport['p90']:.2f}); the "
+        "profiled step is slower than an unprofiled one, so mode=bench's figures decide",
+    ]
+
+
 def _blocks(capture):
     """The unprofiled blocks in words: the steps before the capture, and those after it where timed."""
     after = capture.get("unprofiled_after_ms")
@@ -281,9 +297,12 @@ def write_cycle_files(
         step.pop("lanes", None)
     c["verdict"] = evidence["verdict"]["sentence"]
     evidence["capture"] = {**account, "cycle": c["cycle"], "refilled_by": c["refilled_by"]}
+    if c.get("input"):  # the DataLoader's own timeline over this cycle's steps (job/loader_timeline.py)
+        evidence["input"] = c["input"]
     base = c["trace"].rsplit(".pt.trace.", 1)[0]
     c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
-    text = formatting.format_table([evidence]) + "\n".join(capture_lines(c, account) + perfetto_line(c)) + "\n"
+    lines = capture_lines(c, account) + perfetto_line(c) + input_lines(c.get("input"))
+    text = formatting.format_table([evidence]) + "\n".join(lines) + "\n"
     c["evidence_txt"] = write_atomic(base + ".evidence.txt", text)
     c["evidence"] = diagnosis.headline(evidence)
     if evidence["has_gpu"]:  # Kineto's dropped records, read from the trace: launches whose GPU work is missing
@@ -361,6 +380,9 @@ def write_evidence(cycles: list[dict[str, Any]], capture: dict[str, Any]) -> dic
     head["input_cpu_share"] = inputs / sum(p["wall_us"] for p in shown) if inputs is not None else None
     head["verdict"] = headline_verdict(head, [evidences[k] for k in chosen], picked, capture.get("on"))
     print(f"profile: verdict: {head['verdict']['sentence']}", file=sys.stderr)
+    if capture.get("input"):  # the DataLoader's own timeline over every cycle's steps
+        head["input"] = capture["input"]
+        print(f"profile: input: {capture['input'].get('verdict') or capture['input'].get('note')}", file=sys.stderr)
     if head.get("gpu_top_classes"):  # what the GPU does: the table is in each cycle's evidence text
         print(f"profile: GPU time by kernel class: {head['gpu_top_classes']}", file=sys.stderr)
     return head

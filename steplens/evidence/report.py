@@ -257,6 +257,33 @@ def verdict_of(r: dict[str, Any]) -> str | None:
     return v.get("sentence") or (r["plx"].get("outputs") or {}).get("verdict")
 
 
+def input_of(r: dict[str, Any]) -> str | None:
+    """Whether the DataLoader workers kept up with the step over a bench window, in a sentence (or None)."""
+    said = ((r["run"] or {}).get("results") or {}).get("input") or {}
+    outputs = r["plx"].get("outputs") or {}
+    verdict = said.get("verdict") or outputs.get("input_verdict")
+    cpu = (said.get("cpu") or {}).get("cpu_sentence") or outputs.get("cpu_sentence")
+    return f"{verdict}; {cpu}" if verdict and cpu else verdict
+
+
+def answer_lines(profile: list[dict[str, Any]], bench: list[dict[str, Any]]) -> list[str]:
+    """The report's answer: each profile's verdict, the workers' rates against workers=0, and each bench window's
+    input verdict (whether the DataLoader workers kept up, docs/EVIDENCE.md#the-dataloader-workers)."""
+    return (
+        [
+            f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}{cycles_of(r)}: {verdict_of(r)}"
+            for r in profile
+            if verdict_of(r)
+        ]
+        + workers_ratios(bench, profile)
+        + [
+            f"bench {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}: input: {input_of(r)}"
+            for r in bench
+            if input_of(r)
+        ]
+    )
+
+
 def cycles_of(r: dict[str, Any]) -> str:
     chosen = (((r["run"] or {}).get("results") or {}).get("evidence") or {}).get("headline_cycles")
     return f" (cycle{'s' if len(chosen) > 1 else ''} {' and '.join(map(str, chosen))})" if chosen else ""
@@ -277,11 +304,7 @@ def report(runs: list[dict[str, Any]]) -> str:
     profile = [r for r in ok if settings_of(r).get("mode") == "profile"]
     others = [r for r in runs if r not in ok]
     out = []
-    answer = [
-        f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}{cycles_of(r)}: {verdict_of(r)}"
-        for r in profile
-        if verdict_of(r)
-    ] + workers_ratios(bench, profile)
+    answer = answer_lines(profile, bench)
     if answer:
         out += ["the answer", *[f"  {line}" for line in answer], ""]
     if bench:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from steplens.job import learning, rank_outputs
+from steplens.job import learning, loader_timeline, rank_outputs
 
 if TYPE_CHECKING:
     from steplens.job.runrecord import RunRecord
@@ -61,7 +61,12 @@ def log_bench(record: RunRecord, results: dict[str, Any], args: argparse.Namespa
         f"{tflops} TFLOP/s {'per GPU' if record['device'].startswith('cuda') else 'on the CPU'}; {mfu}"
     )
     print(learning.log_losses(record, results))
-    return {k: results[k] for k in (*BENCH_OUTPUTS, *rank_outputs.BENCH_OUTPUTS) if results.get(k) is not None}
+    said = results.get("input") or {}
+    if said.get("verdict") or said.get("note"):
+        cpu = (said.get("cpu") or {}).get("cpu_sentence")
+        print(f"bench: input: {said.get('verdict') or said['note']}{f'; {cpu}' if cpu else ''}")
+    outputs = {k: results[k] for k in (*BENCH_OUTPUTS, *rank_outputs.BENCH_OUTPUTS) if results.get(k) is not None}
+    return {**outputs, **loader_timeline.outputs(results.get("input"))}
 
 
 def memory_line(results: dict[str, Any]) -> str:

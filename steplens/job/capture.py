@@ -202,6 +202,11 @@ def stop_keeping(stop: Stopper, results: dict[str, Any]) -> None:
         raise e
 
 
+def input_clock(batches: Any) -> Callable[[], float] | None:
+    """The seconds the loop has spent waiting for batches so far (Batches.waited_s), or None where not timed."""
+    return (lambda: batches.waited_s) if hasattr(batches, "waited_s") else None
+
+
 class Pauses:
     """How long the main loop stopped between profiled steps (profiler.step(), trace dumps, the start), how
     long each step took, and, given input_clock (the seconds the loop has spent waiting for batches, so

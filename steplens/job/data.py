@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from steplens.errors import UserError
+from steplens.job.loader_timeline import Timeline, mark_fetch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 SYNTHETIC_SIZE = 50_000
 SYNTHETIC_SEED = 0  # the synthetic images are the same in every run, whatever --seed says
+SLOW_SAMPLE_ENV = "STEPLENS_TEST_SLOW_SAMPLE_MS"  # a test hook: each sample sleeps this long after its transforms
 LEARNABLE_NOISE = 64  # each pixel channel: its class's tint plus a uniform draw in [-64, +63]
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -80,6 +82,7 @@ class ImageSet:
 
     def __init__(self, data: np.ndarray, targets: list[int], transform: Callable[[Image.Image], torch.Tensor]):
         self.data, self.targets, self.transform = data, targets, transform
+        self.slow_s = slow_sample_seconds()
 
     def __len__(self):
         return len(self.targets)
@@ -87,7 +90,28 @@ class ImageSet:
     def __getitem__(self, index):
         from PIL import Image
 
-        return self.transform(Image.fromarray(self.data[index])), self.targets[index]
+        image = self.transform(Image.fromarray(self.data[index]))
+        if self.slow_s:
+            time.sleep(self.slow_s)
+        return image, self.targets[index]
+
+    def __getitems__(self, indices):
+        """A batch's samples, as the DataLoader's fetcher asks for them; its start is noted (loader_timeline)."""
+        mark_fetch()
+        return [self[i] for i in indices]
+
+
+def slow_sample_seconds() -> float:
+    """The test hook SLOW_SAMPLE_ENV in seconds (0 when unset): a deliberately slow transform, for the tests of
+    the workers' verdict. Documented in docs/EVIDENCE.md; no run outside the tests sets it."""
+    text = os.environ.get(SLOW_SAMPLE_ENV, "").strip()
+    try:
+        ms = float(text) if text else 0.0
+    except ValueError:
+        ms = -1.0
+    if not 0 <= ms < 60_000:
+        raise UserError(f"{SLOW_SAMPLE_ENV}={text!r} is not a number of milliseconds from 0 to 60000")
+    return ms / 1e3
 
 
 class SyntheticCIFAR10(ImageSet):
@@ -212,7 +236,8 @@ def window_note(crossed: int, loader: DataLoader | None) -> str | None:
 
 class Batches:
     """An endless iterator over the loader that restarts cleanly at each epoch end; waited_s adds up the
-    time the loop spent asking it for batches (profile mode reads it per step)."""
+    time the loop spent asking it for batches (profile mode reads it per step); timeline keeps each batch's
+    times (loader_timeline.Timeline)."""
 
     def __init__(self, loader: DataLoader):
         if len(loader) == 0:
@@ -223,23 +248,67 @@ class Batches:
         self.loader = loader
         self.epoch_restarts = 0
         self.waited_s = 0.0
+        workers = loader.num_workers
+        self.timeline = Timeline(workers, workers * (loader.prefetch_factor or 0) if workers else 0)
         self._it = iter(loader)
 
     def __iter__(self):
         return self
 
-    def __next__(self):
-        t0 = time.perf_counter()
+    def _next_or_shm_error(self):
         try:
             return next(self._it)
+        except RuntimeError as e:
+            raise shm_error(e) or e
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the DataLoader's worker processes now running (none at --workers 0)."""
+        return [w.pid for w in getattr(self._it, "_workers", [])]  # torch's multi-process iterator keeps them
+
+    def __next__(self):
+        t0, asked = time.perf_counter(), time.time_ns()
+        try:
+            item = next(self._it)
         except StopIteration:
             self.epoch_restarts += 1
             if hasattr(self.loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle per epoch
                 self.loader.sampler.set_epoch(self.epoch_restarts)
             self._it = iter(self.loader)
-            return next(self._it)
-        finally:
-            self.waited_s += time.perf_counter() - t0
+            item = self._next_or_shm_error()
+        except RuntimeError as e:
+            raise shm_error(e) or e
+        wait, received = time.perf_counter() - t0, time.time_ns()
+        self.waited_s += wait
+        # a TimedBatch (loader_timeline.timed_collate) gives back default_collate's batch; its times are kept
+        return self.timeline.received(item, (asked, received), wait, self.epoch_restarts)
+
+
+SHM_SIGNS = (  # PyTorch's words when a batch cannot pass through shared memory
+    "unable to write to file </torch_",
+    "unable to open shared memory",
+    "unable to allocate shared memory",
+    "out of shared memory",
+    "killed by signal: Bus error",
+)
+
+
+def shm_error(e: BaseException, shm: str = "/dev/shm") -> UserError | None:
+    """A DataLoader error that says /dev/shm is too small, as one line naming its size and the fix; else None."""
+    text = str(e)
+    if not any(sign in text for sign in SHM_SIGNS):
+        return None
+    try:
+        st = os.statvfs(shm)
+        total, used = st.f_blocks * st.f_frsize / 2**20, (st.f_blocks - st.f_bfree) * st.f_frsize / 2**20
+        size = f"{shm} holds {total:.0f} MB, {used:.0f} MB in use"
+    except OSError:
+        size = f"{shm} could not be read"
+    said = next((line.strip() for line in text.splitlines() if any(sign in line for sign in SHM_SIGNS)), "")
+    return UserError(
+        f"the DataLoader workers could not pass a batch through shared memory ({said}; {size}): give the job a "
+        "larger /dev/shm (polyaxonfile.yaml's plugins: shm: true; docker run --shm-size), or lower --workers "
+        "or --batch-size"
+    )
 
 
 def loader_facts(loader: DataLoader, workers: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from steplens.atomic import write_atomic, write_json_atomic
 from steplens.errors import UserError
-from steplens.job import overview
+from steplens.job import loader_timeline, overview
 from steplens.job.machine import comparable_facts, environment, package_inventory, set_threads
 from steplens.job.paths import DEFAULT_OFFLINE_ROOT
 from steplens.polyaxonenv import PROJECT, is_managed, managed_identity
@@ -364,6 +364,7 @@ def log_cycles(record: RunRecord, results: dict[str, Any]) -> dict[str, Any]:
             if c["evidence"].get(k) is not None
         }
     )
+    outputs.update(loader_timeline.outputs(results.get("input")))  # the DataLoader's figures over the cycles
     outputs.update(
         {
             f"cycle{c['cycle']}_launches_without_gpu_work": c["launches_without_gpu_work"]

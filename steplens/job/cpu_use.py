@@ -1,0 +1,157 @@
+"""CPU use over a window: CPU seconds of the main process, its threads and the DataLoader workers, the CPUs used
+against the job's budget, and the cgroup's throttling (cpu.stat), read from /proc and /sys before and after it."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from steplens.job.machine import own_cgroups, walk_up
+
+BUSY_AT = 0.9  # CPUs used at this share of the budget or more: the job used up its CPUs
+THROTTLED_AT = 0.05  # throttled for this share of the window or more: the cgroup held the job back
+
+
+def _stat_ticks(path: str) -> int | None:
+    """utime + stime (clock ticks) from a /proc stat file, or None where it is gone (a process that ended)."""
+    try:
+        with open(path) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(rest[11]) + int(rest[12])  # fields 14 and 15 of proc(5), after "pid (comm)"
+
+
+def _switches(pid: int) -> int | None:
+    """Involuntary context switches of every thread of pid (the scheduler took the CPU away)."""
+    total, found = 0, False
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("nonvoluntary_ctxt_switches:"):
+                        total, found = total + int(line.split()[1]), True
+        except OSError:
+            continue
+    return total if found else None
+
+
+def _threads(pid: int) -> dict[str, tuple[str, int]]:
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        ticks = _stat_ticks(f"/proc/{pid}/task/{tid}/stat")
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            name = "?"
+        if ticks is not None:
+            out[tid] = (name, ticks)
+    return out
+
+
+def _cgroup_stats(cgroup_root: str, proc_cgroup: str) -> dict[str, dict[str, int]]:
+    """cpu.stat of every cgroup v2 directory from this process's own up to the root: {dir: {key: value}}."""
+    out = {}
+    v2, _ = own_cgroups(proc_cgroup)
+    for d in walk_up(cgroup_root, v2):
+        try:
+            with open(os.path.join(d, "cpu.stat")) as f:
+                out[d] = {k: int(v) for k, v in (line.split() for line in f if len(line.split()) == 2)}
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def snapshot(
+    worker_pids: list[int], cgroup_root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup"
+) -> dict[str, Any]:
+    """The counters at one moment: wall clock, the main process's threads, each worker's CPU ticks, context
+    switches, and the cgroups' cpu.stat."""
+    me = os.getpid()
+    return {
+        "wall_ns": time.time_ns(),
+        "threads": _threads(me),
+        "workers": {pid: _stat_ticks(f"/proc/{pid}/stat") for pid in worker_pids},
+        "switches": {pid: _switches(pid) for pid in [me, *worker_pids]},
+        "cgroups": _cgroup_stats(cgroup_root, proc_cgroup),
+    }
+
+
+def window_use(before: dict[str, Any], after: dict[str, Any], budget_cpus: float | None) -> dict[str, Any]:
+    """What the window used: CPU seconds per part, CPUs used against the budget, throttling, and a sentence."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = (after["wall_ns"] - before["wall_ns"]) / 1e9
+    threads = {
+        tid: (name, (ticks - before["threads"][tid][1]) / tick)
+        for tid, (name, ticks) in after["threads"].items()
+        if tid in before["threads"]
+    }
+    main_s = sum(s for _, s in threads.values())
+    workers = {
+        str(pid): None
+        if ticks is None or before["workers"].get(pid) is None
+        else (ticks - before["workers"][pid]) / tick
+        for pid, ticks in after["workers"].items()
+    }
+    gone = [pid for pid, s in workers.items() if s is None]
+    total = main_s + sum(s for s in workers.values() if s)
+    out = {
+        "window_s": round(seconds, 4),
+        "main_cpu_s": round(main_s, 3),
+        "threads_cpu_s": {
+            f"{name} {tid}": round(s, 3) for tid, (name, s) in sorted(threads.items(), key=lambda t: -t[1][1]) if s
+        },
+        "workers_cpu_s": {pid: None if s is None else round(s, 3) for pid, s in workers.items()},
+        "cpus_used": round(total / seconds, 3) if seconds > 0 else None,
+        "budget_cpus": budget_cpus,
+        "nonvoluntary_switches": {
+            str(pid): after["switches"][pid] - before["switches"][pid]
+            for pid in after["switches"]
+            if after["switches"][pid] is not None and before["switches"].get(pid) is not None
+        },
+        "note": f"workers {', '.join(gone)} ended inside the window: their CPU time is not counted" if gone else None,
+    }
+    out.update(throttling(before["cgroups"], after["cgroups"], seconds))
+    out["cpu_bound"], out["cpu_sentence"] = cpu_sentence(out)
+    return out
+
+
+def throttling(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], seconds: float) -> dict[str, Any]:
+    """The most throttled cgroup on the way up over the window (cpu.stat's throttled_usec and nr_throttled)."""
+    deltas = [
+        (after[d].get("throttled_usec", 0) - before[d].get("throttled_usec", 0), d)
+        for d in after
+        if d in before and "throttled_usec" in after[d]
+    ]
+    if not deltas:
+        return {"throttled_s": None, "throttled_share": None, "nr_throttled": None, "throttle_source": None}
+    usec, d = max(deltas)
+    return {
+        "throttled_s": round(usec / 1e6, 4),
+        "throttled_share": round(usec / 1e6 / seconds, 4) if seconds > 0 else None,
+        "nr_throttled": after[d].get("nr_throttled", 0) - before[d].get("nr_throttled", 0),
+        "throttle_source": os.path.join(d, "cpu.stat"),
+    }
+
+
+def cpu_sentence(use: dict[str, Any]) -> tuple[bool | None, str | None]:
+    """Whether the job was CPU-bound (its budget used up, or the cgroup throttled it), and the sentence."""
+    used, budget, share = use["cpus_used"], use["budget_cpus"], use["throttled_share"]
+    if used is None:
+        return None, None
+    said = f"{used:.2f} of the budget's {budget:g} CPUs used" if budget else f"{used:.2f} CPUs used"
+    if share is not None:
+        said += f", throttled {100 * share:.0f}% of the window"
+    full = bool(budget) and used >= BUSY_AT * budget
+    throttled = share is not None and share >= THROTTLED_AT
+    return full or throttled, f"{said}: CPU-bound" if full or throttled else said

@@ -1,0 +1,66 @@
+"""CPU use over a window (steplens/job/cpu_use.py): CPU seconds per part, CPUs used against the budget, throttling."""
+
+import os
+
+from steplens.job import cpu_use
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def counters(wall_s, main_ticks, worker_ticks, throttled_usec=None, nr=0, switches=0):
+    cgroups = {} if throttled_usec is None else {"/cg/job": {"throttled_usec": throttled_usec, "nr_throttled": nr}}
+    return {
+        "wall_ns": int(wall_s * 1e9),
+        "threads": {"10": ("python", main_ticks), "11": ("pt_thread", 0)},
+        "workers": dict(worker_ticks),
+        "switches": {10: switches, 20: None},
+        "cgroups": cgroups,
+    }
+
+
+def test_cpus_used_add_the_main_process_and_the_workers_over_the_window():
+    before = counters(100, 0, {20: 0, 21: 0}, throttled_usec=0)
+    after = counters(102, 2 * TICK, {20: TICK, 21: TICK // 2}, throttled_usec=50_000, nr=3, switches=7)
+    use = cpu_use.window_use(before, after, 4)
+    assert use["window_s"] == 2 and use["main_cpu_s"] == 2
+    assert use["workers_cpu_s"] == {"20": 1.0, "21": 0.5}
+    assert use["cpus_used"] == 1.75  # 3.5 CPU seconds in 2 s
+    assert use["throttled_s"] == 0.05 and use["throttled_share"] == 0.025 and use["nr_throttled"] == 3
+    assert use["nonvoluntary_switches"] == {"10": 7}
+    assert (
+        use["cpu_bound"] is False
+        and use["cpu_sentence"] == "1.75 of the budget's 4 CPUs used, throttled 2% of the window"
+    )
+
+
+def test_a_used_up_budget_or_a_throttled_window_is_cpu_bound():
+    before = counters(0, 0, {20: 0}, throttled_usec=0)
+    full = cpu_use.window_use(before, counters(1, TICK, {20: TICK}, throttled_usec=0), 2)
+    assert full["cpu_bound"] is True and full["cpu_sentence"].endswith(": CPU-bound")
+    throttled = cpu_use.window_use(before, counters(1, TICK // 2, {20: 0}, throttled_usec=200_000), 4)
+    assert throttled["cpu_bound"] is True and "throttled 20%" in throttled["cpu_sentence"]
+
+
+def test_a_worker_that_ended_inside_the_window_is_said_not_counted():
+    use = cpu_use.window_use(counters(0, 0, {20: 0, 21: 0}), counters(1, 0, {20: TICK, 21: None}), 2)
+    assert use["workers_cpu_s"] == {"20": 1.0, "21": None}
+    assert "workers 21 ended inside the window" in use["note"]
+    assert use["throttled_s"] is None and "throttled" not in use["cpu_sentence"]
+
+
+def test_snapshot_reads_this_process_and_the_cgroups_on_the_way_up(tmp_path):
+    root = tmp_path / "cgroup"
+    (root / "pod" / "ctr").mkdir(parents=True)
+    (root / "pod" / "cpu.stat").write_text("usage_usec 10\nnr_throttled 4\nthrottled_usec 9000\n")
+    (root / "pod" / "ctr" / "cpu.stat").write_text("usage_usec 10\n")
+    own = tmp_path / "self-cgroup"
+    own.write_text("0::/pod/ctr\n")
+    first = cpu_use.snapshot([], str(root), str(own))
+    sum(i * i for i in range(2_000_000))  # some CPU time for this process
+    (root / "pod" / "cpu.stat").write_text("usage_usec 10\nnr_throttled 6\nthrottled_usec 29000\n")
+    second = cpu_use.snapshot([], str(root), str(own))
+    assert str(os.getpid()) in first["threads"]
+    use = cpu_use.window_use(first, second, 2)
+    assert use["throttle_source"] == str(root / "pod" / "cpu.stat")
+    assert use["throttled_s"] == 0.02 and use["nr_throttled"] == 2
+    assert use["main_cpu_s"] >= 0 and use["cpus_used"] is not None

@@ -119,6 +119,7 @@ def test_the_added_tracks_nest_and_leave_the_evidence_unchanged(profiled):
         without = [e for e in events if e.get("cat") != WORKER_CAT]
         assert len(without) < len(events)
         with_workers = summarize.summarize_events(list(events), name="t")
+        assert with_workers["damage"] == [], "the added slices read as undamaged events"
         assert json.dumps(with_workers, sort_keys=True) == json.dumps(
             summarize.summarize_events(without, name="t"), sort_keys=True
         )

@@ -4,9 +4,10 @@
 
 Each module is mutated in its own copy of this checkout (under $MUTATION_WORK, /tmp/steplens-mutation by
 default), so this checkout is never changed and each module has its own mutmut configuration. A mutant is
-killed when one of the tests mapped to its module fails; mutmut runs only the tests that reach the mutated
-function. The counts go to results/mutation/<module>.json and the survivors' diffs to <module>-survivors.txt;
-results/mutation/README.md names the survivors that are equivalent, with the reason.
+killed when one of the tests mapped to its module fails (or times out); mutmut runs only the tests that reach
+the mutated function. The counts go to results/mutation/<module>.json and the survivors' diffs to
+<module>-survivors.txt; results/mutation/README.md names the survivors that are equivalent, with the reason.
+MUTATION_REPORT_ONLY=1 writes the report again from the last run's copy, running nothing.
 """
 
 import datetime
@@ -137,10 +138,14 @@ def show_all(dest, names, found):
 def run_module(name, work):
     target, tests = MODULES[name]
     dest = os.path.join(work, name)
-    copy_checkout(dest)
-    tests = write_config(dest, target, tests)
     started = datetime.datetime.now(datetime.timezone.utc)
-    proc = mutmut(dest, "run", "--max-children", "1")
+    if os.environ.get("MUTATION_REPORT_ONLY"):  # the report again from the last run's copy, nothing run
+        tests = write_config(dest, target, tests) if os.path.isdir(dest) else tests
+        proc = subprocess.CompletedProcess([], 0, "", "")
+    else:
+        copy_checkout(dest)
+        tests = write_config(dest, target, tests)
+        proc = mutmut(dest, "run", "--max-children", "1")
     found = statuses(dest)
     counts = {}
     for status in found.values():
@@ -148,6 +153,12 @@ def run_module(name, work):
     # A timeout is a mutant detected too: its tests did not pass (a loop that never ends, mostly).
     survivors = sorted(m for m, s in found.items() if s not in ("killed", "timeout"))
     diffs = show_all(dest, survivors, found)
+    by_function = {}
+    for m, status in found.items():
+        fn = re.sub(r"__mutmut_\d+$", "", m.rsplit(".", 1)[-1]).removeprefix("x_")
+        row = by_function.setdefault(fn, {"mutants": 0, "killed": 0})
+        row["mutants"] += 1
+        row["killed"] += status in ("killed", "timeout")
     report = {
         "module": name,
         "file": target,
@@ -162,6 +173,7 @@ def run_module(name, work):
         "mutants": len(found),
         "by_status": counts,
         "killed": counts.get("killed", 0) + counts.get("timeout", 0),
+        "by_function": dict(sorted(by_function.items())),
         "survivors": survivors,
         "exit_code": proc.returncode,
     }

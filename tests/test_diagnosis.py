@@ -377,7 +377,7 @@ def test_a_runner_up_exactly_at_the_window_is_named_and_a_busy_gpu_never_has_one
     assert 0.2 - 0.1 == diagnosis.CLOSE
     v = diagnosis.verdict(gpu_trace(edge))
     assert v["part"] == "input" and v["runner_up"] is not None and v["runner_up"]["share"] == pytest.approx(0.1)
-    busy = part(gpu_busy_us=550.0, gpu_idle_us=450.0, host_wait_us=450.0, input_gap_us=450.0)
+    busy = part(gpu_busy_us=500.0, gpu_idle_us=500.0, host_wait_us=450.0, input_gap_us=450.0)  # 0.05 behind
     busy["waits_by_scope_us"] = {NEXT_BATCH: 450.0}
     v = diagnosis.verdict(gpu_trace(busy))
     assert v["stage"] == "GPU compute" and v["runner_up"] is None and "closely followed" not in v["sentence"]

@@ -30,7 +30,7 @@ VERDICT_FAST = (
 # Tests that run train.py, read the stored H200 traces or measure memory: make test runs them, not each mutant.
 NOT_SLOW = (
     "not (profile_run or real_cpu_trace or stored or h200 or memory or streams or scaled or cli_ or class_table"
-    " or perfetto_ui or repeat_s_bench or run_times or graph_replay)"
+    " or perfetto_ui or repeat_s_bench or run_times or graph_replay or stop_during)"
 )
 # module: (the file mutated, the fast tests that are its contract, pytest options)
 MODULES = {
@@ -168,7 +168,10 @@ def run_module(name, work):
         .stdout.split("Version: ")[-1]
         .split("\n")[0],
         "started": started.isoformat(timespec="seconds"),
-        "seconds": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()),
+        "seconds": None
+        if os.environ.get("MUTATION_REPORT_ONLY")
+        else round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()),
+        "report_only": bool(os.environ.get("MUTATION_REPORT_ONLY")),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "mutants": len(found),
         "by_status": counts,

@@ -222,3 +222,68 @@ def test_pooled_classes_are_per_step_and_shares_of_the_pooled_work():
         "gpu_top_classes": None,
     }
     assert attribution.pooled_classes([{"kernel_classes": classes(0.0, {})}], 4)["kernel_classes"] is None
+
+
+def test_work_figures_count_each_kind_the_launches_and_the_syncs():
+    fb, copy = "train/forward_backward", "input/to_device"
+    mine = [
+        (kernel(0.0, 10.0, 1), fb),  # 10 us: not under 10
+        (kernel(12.0, 17.0, 2), fb),
+        (("h2d", 5.0, 8.0, 7, 3, 4096), copy),
+        (("memset", 30.0, 31.0, 7, 4, 0), OUTSIDE),
+    ]
+    runtime = [
+        ("cudaLaunchKernel", 1.0, 3.0, 1),
+        ("cudaGraphLaunch", 4.0, 5.0, 9),
+        ("cudaDeviceSynchronize", 40.0, 50.0, None),
+        ("cudaStreamSynchronize", 60.0, 61.0, None),
+        ("cudaMalloc", 70.0, 75.0, None),
+    ]
+    f = attribution.work_figures(mine, runtime, [[0.0, 10.0], [12.0, 17.0]])
+    assert f == {
+        "gpu_work_us": 16.0,
+        "gpu_work_by_scope_us": {OUTSIDE: 1.0, copy: 3.0, fb: 15.0},
+        "h2d": {"count": 1, "bytes": 4096, "us": 3.0, "overlapped_with_kernels_us": 3.0},
+        "kernels": {"count": 2, "median_us": 7.5, "share_under_10us": 0.5},
+        "other_gpu_events": 1,
+        "launch_cpu_us": 3.0,
+        "graph_launches": 1,
+        "sync": {"count": 2, "cpu_us": 11.0},
+    }
+    none = attribution.work_figures([], [], [])
+    assert none["kernels"] == {"count": 0, "median_us": None, "share_under_10us": None} and none["gpu_work_us"] == 0
+
+
+def test_kernel_classes_read_each_event_s_name_and_take_copies_by_their_kind():
+    a, b, c = kernel(0.0, 10.0, 1), ("h2d", 20.0, 25.0, 7, 2, 64), kernel(30.0, 31.0, 3)
+    t = trace(gpu_names={a: "sgemm_x", b: "sgemm_named_copy"})
+    out = attribution.kernel_classes(t, [a, b, c], top=1)
+    assert {cls: v["us"] for cls, v in out["classes"].items()} == {
+        "matrix multiply": 10.0,
+        "copies and memsets": 5.0,
+        "other": 1.0,
+    }
+    assert out["other_names"] == [""] and out["busy_us"] == 16.0
+    assert out["top"] == [{"name": "sgemm_x", "class": "matrix multiply", "count": 1, "us": 10.0}]
+    assert "top" not in attribution.kernel_classes(t, [a])
+
+
+def test_busy_orders_work_by_start_whatever_its_kind():
+    b = busy([kernel(0.0, 10.0, 1), ("h2d", 5.0, 20.0, 7, 2, 64)], {1: -1.0, 2: 3.0})
+    assert b.merged == [[0.0, 20.0]] and b.opened_by == [-1.0]
+
+
+def test_a_corr_less_event_belongs_to_the_step_it_starts_in_and_a_scope_holds_an_input_alone():
+    t = trace(gpu=[kernel(90.0, 110.0, None)])
+    by_step = attribution.attribute(t)[0]
+    assert by_step == {1: [(t.gpu[0], OUTSIDE)]}
+    t = trace(scopes={**trace().scopes, "input/to_device": [[20.0, 21.0]]})
+    assert attribution.input_source(t, "input/to_device")[1] == [[20.0, 21.0]]
+
+
+def test_the_cpu_lane_is_in_order_of_start_and_nothing_waits_outside_when_the_scopes_hold_every_wait():
+    scopes = {**{n: [] for n in SCOPES}, "train/forward_backward": [[0.0, 30.0]]}
+    lane = attribution.cpu_lane(scopes, 0.0, 50.0, inputs=[[10.0, 20.0]])
+    assert lane == [["train/forward_backward", 0.0, 30.0], ["input", 10.0, 20.0]]
+    f = attribution.idle_figures(busy(), [[0.0, 10.0]], SCOPE_SLICES, None)
+    assert f["waits_by_scope_us"][OUTSIDE] == 0.0 and f["host_wait_us"] == 10.0

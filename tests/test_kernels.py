@@ -520,3 +520,8 @@ def test_top_classes_names_the_three_largest_shares_in_short_words():
     assert kernels.top_classes(classes) == "matmul 40%, copies 30%, batch-norm 20%"
     assert kernels.top_classes(classes, n=1) == "matmul 40%" and kernels.top_classes({}) == ""
     assert kernels.top_classes({"optimizer": {}}) == ""
+
+
+def test_instants_only_have_no_share():
+    out = kernels.breakdown([("sgemm_a", "kernel", 5.0, 5.0)])
+    assert out["busy_us"] == 0.0 and out["classes"]["matrix multiply"]["share"] is None

@@ -195,3 +195,46 @@ def test_check_places_lists_each_place_the_run_writes(monkeypatch, tmp_path):
     monkeypatch.setattr(checks, "writable_dirs", lambda p: seen.extend(p))
     checks.check_places(settings.parse_settings(["--mode", "bench", "--data", "synthetic"]))
     assert seen == [(str(tmp_path / "default"), "POLYAXON_OFFLINE_ROOT")]
+
+
+CHOICES = {
+    "mode": ["profile", "bench"],
+    "data": ["cifar10", "synthetic", "learnable"],
+    "device": ["auto", "cuda", "cpu"],
+    "trace_format": ["json.gz", "json"],
+    "profile_detail": ["full", "lean"],
+}
+
+
+def test_each_choice_is_offered_and_taken_and_mode_is_required(capsys):
+    offered = {a.dest: a.choices for a in settings.build_parser()._actions if a.dest in CHOICES}
+    assert offered == CHOICES
+    for dest, values in CHOICES.items():
+        for value in values:
+            argv = ["--mode", value] if dest == "mode" else ["--mode", "bench", f"--{dest.replace('_', '-')}", value]
+            assert getattr(settings.parse_settings(argv), dest) == value
+    assert "the following arguments are required: --mode" in refused([], capsys)
+
+
+def test_the_other_modules_refusals_and_types_reach_the_parser(capsys):
+    assert "--gpu-input" in refused(["--mode", "bench", "--gpu-input", "--workers", "3"], capsys)
+    assert "need --ddp" in refused(["--mode", "bench", "--slow-rank", "1"], capsys)
+    assert "argument --slow-rank: invalid integer >= 0 value: 'x'" in refused(
+        ["--mode", "bench", "--slow-rank", "x"], capsys
+    )
+    assert "argument --slow-input-ms: must be >= 0, got -1" in refused(
+        ["--mode", "bench", "--slow-input-ms", "-1"], capsys
+    )
+    line = refused(["--mode", "bench", "--workers", "2", "--prefetch-factor", "x"], capsys)
+    assert "argument --prefetch-factor: invalid integer >= 1 value: 'x'" in line, "the candidate fixes' own types"
+    line = refused(["--mode", "bench", "--data", "synthetic", "--batch-size", "50001"], capsys)
+    assert "the synthetic set's 50000 images" in line
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_folder_no_file_can_be_made_in_is_refused_with_the_system_s_words():
+    """/proc exists and is a folder, but not even root can make a file there: the probe is made in the folder."""
+    with pytest.raises(UserError) as e:
+        checks.writable_dirs([("/proc", "--output-dir")])
+    said = str(e.value)
+    assert said.startswith("--output-dir /proc is not a writable folder (") and "[Errno" not in said, said

@@ -3,6 +3,8 @@
 # make test    the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1)
 # make lint    ruff: the format check and the linter (line length 120)
 # make viewer  Polyaxon's UI over the local runs, on 127.0.0.1:8001, with its scripts served locally
+# make mutation  mutation testing of the core (mutmut, one module after another, one worker; MODULES="stats verdict"
+#              picks some); slow, so neither make test nor CI runs it; the report goes to results/mutation/
 # All build .venv from requirements-dev.txt first (6.2 GB: torch brings its CUDA libraries even on
 # a CPU-only machine); it is rebuilt when that file or pyproject.toml changes.
 PYTHON ?= python3
@@ -11,7 +13,7 @@ BIN := $(VENV)/bin
 # pyproject.toml too: its console command and extras are installed with the package (-e . in requirements-dev.txt)
 STAMP := $(VENV)/.installed-$(shell cat requirements-dev.txt pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup run bench-alternating compare test lint format viewer clean
+.PHONY: setup run bench-alternating compare test mutation lint format viewer clean
 
 $(STAMP): requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +35,9 @@ compare: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+mutation: $(STAMP)
+	$(BIN)/python scripts/mutation.py $(MODULES)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -39,9 +39,26 @@ def own_interval(profiled, each):
     return ratio * math.exp(-half), ratio * math.exp(half)
 
 
+def blocks_of(before, after):
+    """The two blocks as (name, mean ms, per-step ms, steps timed), written out here."""
+    return [
+        ("before", statistics.fmean(before), list(before), len(before)),
+        ("after", statistics.fmean(after), list(after), len(after)),
+    ]
+
+
 def interval(before, after):
-    mean, steady, blocks = distortion.pooled_pace({"unprofiled": block(before), "unprofiled_after": block(after)})
-    return mean, distortion.distortion_interval(statistics.fmean(PROFILED), PROFILED, blocks)
+    """The pooled mean of every step (the CPU does not run ahead) and the interval against the two blocks."""
+    return statistics.fmean(before + after), distortion.distortion_interval(
+        statistics.fmean(PROFILED), PROFILED, blocks_of(before, after)
+    )
+
+
+def test_pooled_pace_pools_both_blocks_steps_and_keeps_each_block():
+    capture = {"unprofiled": block(STEADY), "unprofiled_after": block(DRIFTED)}
+    mean, steady, blocks = distortion.pooled_pace(capture)
+    assert mean == pytest.approx(11.25) and steady == STEADY + DRIFTED
+    assert blocks == [("before", pytest.approx(10.0), STEADY, 5), ("after", pytest.approx(12.5), DRIFTED, 5)]
 
 
 def test_agreeing_blocks_give_the_old_interval_and_no_doubt():
@@ -81,8 +98,7 @@ def test_a_drift_that_barely_moves_the_ratio_is_no_doubt():
     but move a 1.05x slow-down by 0.005: no doubt about it."""
     profiled = [2.60, 2.601, 2.599, 2.600, 2.600]
     before, after = [2.474, 2.4741, 2.4739, 2.474, 2.474], [2.485, 2.4851, 2.4849, 2.485, 2.485]
-    mean, steady, blocks = distortion.pooled_pace({"unprofiled": block(before), "unprofiled_after": block(after)})
-    out = distortion.distortion_interval(statistics.fmean(profiled), profiled, blocks)
+    out = distortion.distortion_interval(statistics.fmean(profiled), profiled, blocks_of(before, after))
     assert out["distortion_uncertain"] is None
     assert 1.04 < out["distortion_low"] < out["distortion_high"] < 1.06
 

@@ -42,7 +42,9 @@ def test_gpu_profile_has_scopes_on_cpu_and_kernels_on_streams(tmp_path):
         e["name"] for e in events if e.get("cat") == "gpu_user_annotation"
     }
     ev = summarize.summarize_file(trace)
-    assert 0.0 <= ev["gpu_idle_share"] <= 1.0 and ev["window"]["kernels"]["count"] > 100
+    w = ev["window"]
+    assert w["gpu_busy_us"] > 0 and w["gpu_busy_us"] + w["gpu_idle_us"] == pytest.approx(w["pace_us"]), w
+    assert ev["gpu_idle_share"] == pytest.approx(w["gpu_idle_us"] / w["pace_us"]) and w["kernels"]["count"] > 100
     assert all(s["h2d"]["count"] == 2 for s in ev["steps"]), "one image and one target copy per step"
     assert ev["damage"] == [] and ev["window"]["gpu_work_launches"] > 100
     for c in record["results"]["cycles"]:  # Kineto's dropped records, per cycle, in run.json

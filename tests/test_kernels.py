@@ -473,3 +473,55 @@ def test_the_class_picture_names_bars_by_what_differs_and_whose_machine():
     rows[1]["machine"] = rows[0]["machine"]
     rows[1]["settings"]["lr_warmup_steps"] = 80
     assert class_table.bar_names(rows) == ["1. batch_size=128", "2. batch_size=512"]
+
+
+def test_breakdown_counts_each_class_s_share_of_the_union_and_names_the_unknown_longest_first():
+    """Worked out by hand: matmul 0-10 and 50-56; elementwise 5-15 (5 past the matmul); "mystery" 20-30 with a
+    kernel 22-25 inside it (0 past it); a copy 40-44; "enigma" 60-61. Busy 36 of 44 kernel us (overlap 8)."""
+    events = [
+        ("sgemm_a", "kernel", 0.0, 10.0),
+        ("vectorized_elementwise_b", "kernel", 5.0, 15.0),
+        ("mystery", "kernel", 20.0, 30.0),
+        ("mystery", "kernel", 22.0, 25.0),
+        ("copy", "gpu_memcpy", 40.0, 44.0),
+        ("sgemm_a", "kernel", 50.0, 56.0),
+        ("enigma", "kernel", 60.0, 61.0),
+    ]
+    out = kernels.breakdown(events, top=2)
+    assert (out["busy_us"], out["kernel_us"], out["overlap_us"]) == (36.0, 44.0, 8.0)
+    assert out["classes"] == {
+        "matrix multiply": {"count": 2, "us": 16.0, "kernel_us": 16.0, "median_us": 8.0, "share": 16 / 36},
+        "elementwise and activation": {"count": 1, "us": 5.0, "kernel_us": 10.0, "median_us": 10.0, "share": 5 / 36},
+        kernels.COPIES: {"count": 1, "us": 4.0, "kernel_us": 4.0, "median_us": 4.0, "share": 4 / 36},
+        kernels.OTHER: {"count": 3, "us": 11.0, "kernel_us": 14.0, "median_us": 3.0, "share": 11 / 36},
+    }
+    assert list(out["classes"]) == ["matrix multiply", "elementwise and activation", kernels.COPIES, kernels.OTHER]
+    assert out["other_names"] == ["mystery", "enigma"]
+    assert out["top"] == [
+        {"name": "sgemm_a", "class": "matrix multiply", "count": 2, "us": 16.0},
+        {"name": "mystery", "class": kernels.OTHER, "count": 2, "us": 13.0},
+    ]
+    assert "top" not in kernels.breakdown(events)
+    empty = kernels.breakdown([])
+    assert empty == {"busy_us": 0, "kernel_us": 0, "overlap_us": 0, "classes": {}, "other_names": []}
+
+
+def test_the_union_is_shared_out_in_order_of_start_the_longer_first():
+    events = [("a", "kernel", 0.0, 4.0), ("b", "kernel", 0.0, 10.0), ("c", "kernel", 12.0, 13.0)]
+    assert kernels.breakdown(events, top=3)["top"][0] == {"name": "b", "class": kernels.OTHER, "count": 1, "us": 10.0}
+    assert kernels.breakdown(events)["classes"][kernels.OTHER]["us"] == 11.0
+    assert kernels._exclusive(events) == [0.0, 10.0, 1.0]
+    assert kernels._exclusive([("a", "kernel", -5.0, -1.0)]) == [4.0], "before 0 too"
+
+
+def test_top_classes_names_the_three_largest_shares_in_short_words():
+    shares = {"optimizer": 0.1, "matrix multiply": 0.4, "batch-norm": 0.2, kernels.COPIES: 0.3, kernels.OTHER: None}
+    classes = {cls: {"share": s} for cls, s in shares.items()} | {"communication": {"share": 0.0}}
+    assert kernels.top_classes(classes) == "matmul 40%, copies 30%, batch-norm 20%"
+    assert kernels.top_classes(classes, n=1) == "matmul 40%" and kernels.top_classes({}) == ""
+    assert kernels.top_classes({"optimizer": {}}) == ""
+
+
+def test_instants_only_have_no_share():
+    out = kernels.breakdown([("sgemm_a", "kernel", 5.0, 5.0)])
+    assert out["busy_us"] == 0.0 and out["classes"]["matrix multiply"]["share"] is None

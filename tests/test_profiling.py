@@ -335,23 +335,35 @@ def test_the_unprofiled_pace_leaves_out_a_slow_first_step_and_the_ratio_has_a_st
     assert stats.t975(None) == 1.96 and stats.t975(2.7) == 4.30 and stats.t975(500) == 1.96
 
 
-def test_time_unprofiled_times_each_step_between_two_synchronizations():
-    """Real steps on the CPU clock: each step's time is recorded, they add up to the synchronized total
-    (give or take the closing synchronization), and the laps do not change what is returned otherwise."""
-    import time
+def test_time_unprofiled_times_each_step_between_two_synchronizations(monkeypatch):
+    """A stand-in clock that only the steps and the synchronizations move (no real time is read): each lap
+    is its step's own time, the total runs from after the opening synchronization to after the closing
+    one, the last step's end is before the closing synchronization, and without laps the rest is the same."""
+    import types
 
+    now = [100.0]
+    monkeypatch.setattr(job_capture, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     calls = []
 
     def step():
-        time.sleep(0.002 * (1 + len(calls) % 2))  # 2 ms, 4 ms, 2 ms, ...
-        calls.append(1)
+        now[0] += 0.002 * (1 + len(calls) % 2)  # 2 ms, 4 ms, 2 ms, ... (the syncs count in calls too)
+        calls.append("step")
 
-    out, last_end = job_capture.time_unprofiled(step, 6, lambda: calls.append("sync"), laps=job_capture.Laps(False))
-    assert len(out["step_ms_each"]) == 6 and calls.count("sync") == 2
-    assert sum(out["step_ms_each"]) == pytest.approx(out["seconds"] * 1e3, rel=0.2)
-    assert min(out["step_ms_each"]) >= 2.0 and max(out["step_ms_each"]) >= 4.0
+    def sync():
+        now[0] += 0.0005
+        calls.append("sync")
+
+    out, last_end = job_capture.time_unprofiled(step, 6, sync, laps=job_capture.Laps(False))
+    assert calls[0] == calls[-1] == "sync" and calls.count("sync") == 2 and calls.count("step") == 6
+    assert out["step_ms_each"] == pytest.approx([4.0, 2.0, 4.0, 2.0, 4.0, 2.0])
+    assert out["seconds"] == pytest.approx(0.018 + 0.0005) and out["steps"] == 6
+    assert out["step_ms"] == pytest.approx((18.0 + 0.5) / 6)
+    assert last_end == pytest.approx(100.0005 + 0.018), "the last step's end, before the closing synchronization"
+    calls.clear()
     bare, _ = job_capture.time_unprofiled(step, 2, lambda: None)
-    assert "step_ms_each" not in bare and bare["steps"] == 2
+    assert "step_ms_each" not in bare and bare["steps"] == 2 and bare["seconds"] == pytest.approx(0.002 + 0.004)
+    stopped, _ = job_capture.time_unprofiled(step, 6, lambda: None, boundary=lambda: len(calls) >= 5)
+    assert stopped["steps"] == 3, "a boundary that returns true ends the block and keeps the steps done"
 
 
 def test_distortion_is_profiled_over_unprofiled(tmp_path):

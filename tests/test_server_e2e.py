@@ -77,6 +77,13 @@ def test_profile_run_traces_download(sandbox, project, tmp_path):
     assert traces == ["trace-cycle1-steps2-4.pt.trace.json.gz", "trace-cycle2-steps7-9.pt.trace.json.gz"]
     run = get_run_json(sandbox, project, run_uuid)
     assert run["status"] == "succeeded" and run["outputs"]["profiled_step_ms"] > 0
+    sandbox.cli(
+        "ops", "artifacts", "-p", project, "-uid", run_uuid, "-f", "outputs/run.json", "--path-to", str(tmp_path)
+    )
+    with open(tmp_path / "outputs" / "run.json") as f:
+        record = json.load(f)
+    assert record["status"] == "succeeded", "train.py's own end, beside the status the exit code gave"
+    assert record["results"]["evidence"]["profiled_step_ms"] == pytest.approx(run["outputs"]["profiled_step_ms"])
 
 
 def test_offline_run_pushed_and_read_back(sandbox, project, bench_run):

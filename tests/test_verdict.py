@@ -322,7 +322,23 @@ def test_rank_figures_carry_the_rows_each_rank_draws(tmp_path):
     trace = stored_trace(cuda_graph=True, amp="bf16")
     fig = ranks.rank_figures([trace], rank=0)
     assert len(fig["drawn"]) == 1 and fig["drawn"][0]["has_gpu"]
-    assert fig["drawn"][0]["rows"] == picture.lanes_of(summarize.summarize_file(trace, lanes=True))
+    ev = summarize.summarize_file(trace, lanes=True)
+    rows = fig["drawn"][0]["rows"]
+    assert [r["step"] for r in rows] == [s["step"] for s in ev["steps"]] and len(rows) == 3
+    assert sum(s["pace_us"] is not None for s in ev["steps"]) >= 2, "the GPU lanes are checked on two steps or more"
+    for r, s in zip(rows, ev["steps"]):  # worked out from the step's own figures, not from picture.lanes_of
+        assert r["cpu_ms"] == pytest.approx(s["wall_us"] / 1e3)
+        assert [n for n, _, _ in r["cpu"]] == [n for n, _, _ in s["lanes"]["cpu"]]
+        assert [length for _, _, length in r["cpu"]] == pytest.approx([(b - a) / 1e3 for _, a, b in s["lanes"]["cpu"]])
+        assert all(0 <= start <= r["cpu_ms"] for _, start, _ in r["cpu"])
+        if s["pace_us"] is None:  # a step whose GPU slot is open: no GPU lane
+            assert r["gpu_ms"] is None and r["gpu"] == []
+            continue
+        assert r["gpu_ms"] == pytest.approx(s["pace_us"] / 1e3)
+        ends = [start + length for _, start, length in r["gpu"]]
+        assert r["gpu"][0][1] == 0 and [start for _, start, _ in r["gpu"][1:]] == pytest.approx(ends[:-1])
+        assert ends[-1] == pytest.approx(r["gpu_ms"]), "the GPU lane fills the step's GPU pace"
+        assert sum(n for k, _, n in r["gpu"] if k == "busy") == pytest.approx(s["gpu_busy_us"] / 1e3)
     picture.draw_groups(
         [("rank 0 ", fig["drawn"][0]["rows"]), ("rank 1 ", fig["drawn"][0]["rows"])],
         str(tmp_path / "r.png"),

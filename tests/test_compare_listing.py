@@ -24,11 +24,11 @@ def make_runs(sandbox, project, count):
     sandbox.cli("project", "create", "--name", project)
     uuids = []
     for i in range(count):
-        run = sandbox.run_client(project).create(name=f"bench-{i}")
+        run = sandbox.api(sandbox.run_client(project).create, name=f"bench-{i}")
         client = sandbox.run_client(project, run.uuid)
-        client.log_inputs(async_req=False, mode="bench", workers=4 * (i % 2), repeat=i // 2)
-        client.log_outputs(async_req=False, samples_per_sec=1000.0 + 3000.0 * (i % 2) + i, **FACTS)
-        client.log_succeeded()
+        sandbox.api(client.log_inputs, async_req=False, mode="bench", workers=4 * (i % 2), repeat=i // 2)
+        sandbox.api(client.log_outputs, async_req=False, samples_per_sec=1000.0 + 3000.0 * (i % 2) + i, **FACTS)
+        sandbox.succeed(client)
         uuids.append(run.uuid)
     return uuids
 
@@ -89,11 +89,11 @@ def test_run_json_downloads_go_in_parallel_and_each_failure_is_named(sandbox, tm
     a run with neither facts nor run.json is named with the reason, and still compared (its machine unknown)."""
     old = ["6705508ff2d847f2b8e1c8edbcc31cc8", "cd3eb54a6c0548ddaf83cbdf2d84c0ce"]  # workers 0 and 4, repeat 2
     push_stored_runs(sandbox, "downloads", old, tmp_path / "old")
-    bare = sandbox.run_client("downloads").create(name="bare")
+    bare = sandbox.api(sandbox.run_client("downloads").create, name="bare")
     client = sandbox.run_client("downloads", bare.uuid)
-    client.log_inputs(async_req=False, mode="bench", workers=0, repeat=1)
-    client.log_outputs(async_req=False, samples_per_sec=1000.0)
-    client.log_succeeded()
+    sandbox.api(client.log_inputs, async_req=False, mode="bench", workers=0, repeat=1)
+    sandbox.api(client.log_outputs, async_req=False, samples_per_sec=1000.0)
+    sandbox.succeed(client)
     out = tmp_path / "out"
     proc = run_compare("-p", "downloads", "--downloads", "2", "--per-host", "--out", str(out), env=sandbox.env())
     assert proc.returncode == 0, proc.stderr

@@ -18,13 +18,14 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
+
+from scaling import machine, run_child  # noqa: E402
 
 from steplens.atomic import write_atomic  # noqa: E402
 from steplens.evidence.runs import moment  # noqa: E402
@@ -33,12 +34,7 @@ SOURCE = "results/h200/offline"
 REPEATS = 5  # the source study's repeats: copy k of repeat r is repeat r + 5k
 
 CHILD = """
-import contextlib, io, json, sys, time
 from steplens.evidence import compare, comparison, runs
-
-def status_mb(key):  # VmHWM (peak) or VmRSS (now): this process's own, unlike ru_maxrss, which a fork inherits
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 1024
 
 def clock():
     return time.perf_counter(), time.process_time()
@@ -100,12 +96,7 @@ def make_runs(runs, count, root):
 
 
 def measure(root, out):
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, root, out], capture_output=True, text=True, cwd=ROOT, env=dict(os.environ)
-    )
-    if proc.returncode != 0 or not proc.stdout.strip():
-        raise SystemExit(f"compare_scale.py: error: steplens compare failed on {root}:\n{proc.stderr[-3000:]}")
-    m = json.loads(proc.stdout.strip().splitlines()[-1])
+    m = run_child(CHILD, [root, out])
     m["result"] = load(os.path.join(out, "comparison.json")) if m["code"] == 0 else None
     return m
 
@@ -126,29 +117,20 @@ def check(m, count, source):
         raise SystemExit(f"compare_scale.py: error: {count} runs: groups {got}, expected {want}")
 
 
-def machine():
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    versions = f"Python {sys.version.split()[0]}"
+def versions():
     try:
         import matplotlib
 
-        versions += f", matplotlib {matplotlib.__version__}"
+        return f"Python {sys.version.split()[0]}, matplotlib {matplotlib.__version__}"
     except ImportError:
-        versions += ", no matplotlib (no picture drawn)"
-    return f"{os.cpu_count()} CPU cores ({model}), {mem:.0f} GiB memory, no GPU; {versions}"
+        return f"Python {sys.version.split()[0]}, no matplotlib (no picture drawn)"
 
 
 def table(rows, argv):
     lines = [
         "# `steplens compare --offline` over 100 to 5,000 runs",
         "",
-        f"{datetime.date.today().isoformat()}, {machine()}, shared with other work.",
+        f"{datetime.date.today().isoformat()}, {machine(versions())}, shared with other work.",
         "",
         "The command:",
         "",

@@ -2,7 +2,9 @@
 
     steplens compare --offline .polyaxon-offline --out results/local --baseline workers=4
     steplens compare -p YOUR_PROJECT [-q 'tags:study1'] --out comparison --baseline workers=4
+    steplens compare -p YOUR_PROJECT --limit 200 --out comparison     # the newest 200 runs only
 
+Every run the query matches is read, page by page, and a line says how many (docs/COMPARE.md#many-runs).
 The design, the groups and the statistics: docs/COMPARE.md."""
 
 import argparse

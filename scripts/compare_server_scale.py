@@ -15,15 +15,15 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")]
 
 from polyaxon_support import Sandbox  # noqa: E402  (the tests' own server on 127.0.0.1)
+from scaling import run_child  # noqa: E402
 
 from steplens.atomic import write_atomic  # noqa: E402
 
@@ -31,12 +31,7 @@ SOURCE = os.path.join(ROOT, "results", "h200", "offline", "runs")
 REPEATS = 5
 
 CHILD = """
-import contextlib, io, json, sys, time
 from steplens.evidence import compare
-
-def status_mb(key):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 1024
 
 t0 = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()):
@@ -71,20 +66,11 @@ def make_runs(sandbox, project, runs, count):
 
 
 def compare(sandbox, project, out, *extra):
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, "-p", project, "--out", out, *extra],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=sandbox.env(),
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"compare_server_scale.py: error: steplens compare failed:\n{proc.stderr[-3000:]}")
-    m = json.loads(lines[-1])
+    """steplens compare -p in a fresh process; its figures, its comparison.json and its line on the runs read."""
+    m = run_child(CHILD, ["-p", project, "--out", out, *extra], env=sandbox.env())
     with open(os.path.join(out, "comparison.json")) as f:
         m["result"] = json.load(f)
-    m["line"] = next(line for line in proc.stderr.splitlines() if "compare: read " in line)
+    m["line"] = next(line for line in m["stderr"].splitlines() if "compare: read " in line)
     return m
 
 
@@ -147,7 +133,8 @@ def table(args, made, every, limited, argv):
         f"| `steplens compare -p scale --limit 500` | {limited['seconds']:.1f} | {limited['peak_mb']:.0f} "
         f"| `{limited['line']}` |",
         "",
-        f"Checked: the first read all {args.runs} runs and its groups hold them all; the second read the newest 500.",
+        f"Checked: the first read all {args.runs} runs and its groups hold them all; the second read the newest "
+        f"{min(500, args.runs)}.",
         "",
     ]
     return "\n".join(lines)

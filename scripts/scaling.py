@@ -20,7 +20,8 @@ def status_mb(key):
 
 
 def run_child(code: str, args: list[str], env: dict | None = None) -> dict:
-    """Run code (after STATUS_MB) in a fresh Python from the repository root; its last stdout line, as JSON."""
+    """Run code (after STATUS_MB) in a fresh Python from the repository root: its last stdout line, as JSON, with
+    its stderr under "stderr"."""
     proc = subprocess.run(
         [sys.executable, "-c", STATUS_MB + code, *args],
         capture_output=True,
@@ -31,7 +32,7 @@ def run_child(code: str, args: list[str], env: dict | None = None) -> dict:
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"{os.path.basename(sys.argv[0])}: error: the measured process failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return {**json.loads(lines[-1]), "stderr": proc.stderr}
 
 
 def machine(versions: str) -> str:

@@ -212,6 +212,31 @@ class Sandbox:
             raise AssertionError(f"polyaxon {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
 
+    def api(self, call, *args, **kwargs):
+        """A write through the client, asked again when the sandbox answers 405 (as cli() does)."""
+        from polyaxon.exceptions import ApiException
+
+        for attempt in range(3):
+            try:
+                return call(*args, **kwargs)
+            except ApiException as e:
+                if e.status != 405 or attempt == 2:
+                    raise
+                time.sleep(2)
+
+    def succeed(self, client):
+        """The run marked succeeded, waiting for the server's answer: the client's log_succeeded posts the status
+        in the background, where a 405 from the sandbox would pass unseen."""
+        _, condition = client._build_status_condition(status="succeeded", reason="TestStandIn", message="made")
+        self.api(
+            client.client.runs_v1.create_run_status,
+            owner=client.owner,
+            project=client.project,
+            uuid=client.run_uuid,
+            body={"condition": condition},
+            async_req=False,
+        )
+
     def run_client(self, project, run_uuid=None):
         quiet()
         os.environ["POLYAXON_HOME"] = self.home  # the client reads its host from this home's config

@@ -631,7 +631,7 @@ def test_without_matplotlib_the_tables_are_written_and_one_line_says_so(tmp_path
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    notes = [line for line in proc.stderr.splitlines() if line.startswith("steplens compare:")]
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("steplens compare: note:")]
     assert len(notes) == 1 and "needs matplotlib (pip install matplotlib)" in notes[0], proc.stderr
     assert sorted(os.listdir(out)) == ["comparison.csv", "comparison.json", "comparison.md"], (
         "the older picture no longer matches the tables"
@@ -691,16 +691,20 @@ def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, 
     assert t["machine"]["gpu"] == "cpu" and t["machine"]["host"], "the facts came from the runs' outputs"
 
 
+def push_stored_runs(sandbox, project, uuids, root):
+    """Stored H200 runs (results/h200/offline) copied under root and pushed to a new server project. A uuid lives in
+    one server project only: each test pushes runs of its own."""
+    for uuid in uuids:
+        shutil.copytree(os.path.join(ROOT, "results", "h200", "offline", "runs", uuid), root / "runs" / uuid)
+    sandbox.cli("project", "create", "--name", project)
+    for uuid in uuids:
+        sandbox.cli("ops", "push", "-uid", uuid, "--path", str(root), "--reset-project", "-p", project)
+
+
 def test_compare_downloads_run_json_for_older_runs(sandbox, tmp_path):
     """Runs that predate the env_* outputs (the stored H200 study) get their facts from run.json."""
-    source = os.path.join(ROOT, "results", "h200", "offline")
     old = ["1415924bea474f68bb553b3e2ea07a2a", "21df9af3083c46e69c64643299aaa60c"]  # workers 0 and 4, repeat 1
-    root = tmp_path / "old"
-    for uuid in old:
-        shutil.copytree(os.path.join(source, "runs", uuid), root / "runs" / uuid)
-    sandbox.cli("project", "create", "--name", "old")
-    for uuid in old:
-        sandbox.cli("ops", "push", "-uid", uuid, "--path", str(root), "--reset-project", "-p", "old")
+    push_stored_runs(sandbox, "old", old, tmp_path / "old")
     proc = run_compare("-p", "old", "--out", str(tmp_path / "out"), env=sandbox.env())
     assert proc.returncode == 0, proc.stderr
     with open(tmp_path / "out" / "comparison.json") as f:

@@ -22,12 +22,12 @@ def x(name, cat, ts, dur, pid=1, tid=1, **args):
     return ev
 
 
-def write(path, events, rank=None):
+def write(path, events, rank=None, world=2):
     doc = {"schemaVersion": 1, "traceEvents": events}
     if rank is not None:
         doc = {
             "schemaVersion": 1,
-            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
             "traceEvents": events,
         }
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -300,3 +300,136 @@ def test_the_exact_sign_test_and_its_floor():
     assert [stats.steps_needed(r, 1 / r) for r in (2, 4, 8)] == [6, 4, 3]
     three = ranks.across([made(0, [1] * 6), made(1, [2] * 6), made(2, [9] * 6)])
     assert three["slowest_rank"] == 2 and three["straggler_test"]["p"] == pytest.approx(3 / 3**6)
+
+
+# --------------------------------------------------------------------------- ranks left out, and memory per rank
+
+
+def three_ranks(tmp_path, world=3):
+    """Ranks 0, 1 and 2 of a world of `world`, six aligned steps each, rank 1 slow in input/next_batch; each in its
+    rank{R} folder. Returns {rank: path}."""
+    shapes = {0: (50, (100, 800), (60, 40)), 1: (650, (850, 50), (660, 180)), 2: (60, (110, 790), (70, 40))}
+    return {
+        r: write(
+            str(tmp_path / f"rank{r}" / "t.pt.trace.json.gz"), gpu_rank(0, *shapes[r], steps=SIX), rank=r, world=world
+        )
+        for r in range(3)
+    }
+
+
+def damage(path, how):
+    """The trace at path damaged as users' traces are: cut short, emptied, or never JSON."""
+    raw = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
+    if how == "cut gzip":
+        data = gzip.compress(raw)
+        data = data[: len(data) // 2]
+    elif how == "cut json":
+        data = gzip.compress(raw[: len(raw) // 2])
+    elif how == "empty":
+        data = b""
+    elif how == "not json":
+        data = gzip.compress(b"<html>502 Bad Gateway</html>")
+    else:  # no ProfilerStep slices: the steps' events renamed
+        data = gzip.compress(raw.replace(b"ProfilerStep#", b"Step#"))
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("how", ["cut gzip", "cut json", "empty", "not json", "no steps"])
+def test_a_rank_whose_trace_is_unreadable_is_named_and_left_out_of_the_verdict(tmp_path, how, capsys):
+    """Rank 2's trace damaged: steplens ranks names rank 2 and why, compares ranks 0 and 1 (rank 1 the straggler),
+    and says in the verdict that one rank was left out; no traceback."""
+    paths = three_ranks(tmp_path)
+    damage(paths[2], how)
+    assert ranks.main([str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and err.startswith("steplens ranks: rank 2 left out of the verdict: unreadable: ")
+    assert err.count("\n") == 1, err
+    assert "evidence across 2 ranks" in out and "left out: rank 2: unreadable" in out
+    result = ranks.across([ranks.rank_figures([p], r) for r, p in paths.items()])
+    assert result["ranks"] == [0, 1] and list(result["ranks_left_out"]) == ["rank 2"]
+    assert result["slowest_rank"] == 1, result["verdict"]
+    assert result["verdict"].endswith("(1 left out of the verdict: rank 2)"), result["verdict"]
+    assert ranks.headline(result)["ranks_left_out"] == 1
+
+
+def test_a_rank_without_a_trace_is_named_from_the_world_size(tmp_path):
+    """The traces say world size 4 and ranks 0-2 wrote one: rank 3 is named as missing, the others compared."""
+    three_ranks(tmp_path, world=4)
+    found = ranks.locate([str(tmp_path)])
+    assert sorted(found["by_rank"]) == [0, 1, 2]
+    assert found["left_out"] == {"rank 3": "no trace found (the traces say world size 4)"}
+    result = ranks.across([ranks.rank_figures(p, r) for r, p in sorted(found["by_rank"].items())], found["left_out"])
+    assert result["ranks"] == [0, 1, 2] and "rank 3" in result["ranks_left_out"]
+    assert "(1 left out of the verdict: rank 3)" in result["verdict"]
+
+
+def test_an_unreadable_trace_of_no_known_rank_is_named_by_its_path(tmp_path):
+    """A cut trace outside any rank{R} folder: its rank cannot be read, so the file is named and left out."""
+    paths = three_ranks(tmp_path)
+    stray = str(tmp_path / "stray.pt.trace.json.gz")
+    with open(stray, "wb") as f:
+        f.write(gzip.compress(b'{"schemaVersion": 1, "traceEvents": [' * 50)[:40])
+    found = ranks.locate([str(tmp_path)])
+    assert sorted(found["by_rank"]) == [0, 1, 2] and list(found["left_out"]) == [stray]
+    assert "not a readable trace" in found["left_out"][stray]
+    with pytest.raises(ranks.RanksError, match="not a readable trace"):
+        ranks.trace_rank(stray)
+    assert paths
+
+
+def test_when_fewer_than_two_ranks_are_left_the_error_names_the_ones_left_out(tmp_path, capsys):
+    paths = three_ranks(tmp_path)
+    damage(paths[1], "empty")
+    damage(paths[2], "not json")
+    assert ranks.main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1 rank(s) only besides 2 left out (rank 1: unreadable" in err, err
+
+
+def many_event_rank(path, rank, kernels=300, ops=300):
+    """Six steps of a GPU rank, each with `kernels` compute kernels, `ops` CPU operators and one NCCL kernel: a trace
+    whose events outnumber its steps' figures by hundreds."""
+    events = []
+    for i, n in enumerate(SIX):
+        a = i * 10_000
+        events += [
+            x(f"ProfilerStep#{n}", "user_annotation", a, 10_000),
+            x("input/next_batch", "user_annotation", a, 100),
+            x("train/forward_backward", "user_annotation", a + 100, 9_000),
+            x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "kernel", a + 8_000, 500, pid=0, tid=20, stream=20),
+        ]
+        events += [x("void conv()", "kernel", a + 100 + 3 * k, 2, pid=0, tid=7, stream=7) for k in range(kernels)]
+        events += [x("aten::conv2d", "cpu_op", a + 100 + 2 * k, 1.0) for k in range(ops)]
+    return write(path, events, rank=rank, world=4)
+
+
+def test_memory_grows_by_what_each_rank_keeps_not_by_its_trace(tmp_path):
+    """Four ranks read one after another (the same trace, relabelled). What a rank keeps (its figures: the memory
+    freed when they are dropped) is under a twentieth of what reading its trace takes, and what stays between one
+    rank's reading and the next grows by no more than twice what each rank keeps (plus 16 KiB of the allocator's
+    noise). A rank that kept its trace's intervals fails the first; memory held anywhere else, the second."""
+    import gc
+    import tracemalloc
+
+    path = many_event_rank(str(tmp_path / "rank0" / "t.pt.trace.json.gz"), 0)
+    ranks.rank_figures([path], 0, lanes=False)  # imports and caches, before the count starts
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        kept, held = [], []
+        for r in range(4):
+            kept.append(ranks.rank_figures([path], r, lanes=False))
+            if r == 0:
+                peak_one = tracemalloc.get_traced_memory()[1] - base
+            gc.collect()  # the reading's own garbage (cycles): what stays is what is kept
+            held.append(tracemalloc.get_traced_memory()[0] - base)
+        assert all(not f.get("left_out") and len(f["steps"]) == 6 for f in kept)
+        del kept[1:]
+        gc.collect()
+        per_rank = (held[-1] - (tracemalloc.get_traced_memory()[0] - base)) / 3
+    finally:
+        tracemalloc.stop()
+    assert 0 < per_rank < peak_one / 20, f"a rank keeps {per_rank:.0f} bytes of a {peak_one}-byte reading"
+    assert held[-1] - held[0] <= 2 * 3 * per_rank + 16384, (held, per_rank)

@@ -2,7 +2,9 @@
 
     steplens compare --offline .polyaxon-offline --out results/local --baseline workers=4
     steplens compare -p YOUR_PROJECT [-q 'tags:study1'] --out comparison --baseline workers=4
+    steplens compare -p YOUR_PROJECT --limit 200 --out comparison     # the newest 200 runs only
 
+Every run the query matches is read, page by page, and a line says how many (docs/COMPARE.md#many-runs).
 The design, the groups and the statistics: docs/COMPARE.md."""
 
 import argparse
@@ -16,7 +18,7 @@ import textwrap
 from typing import Any
 
 from steplens.evidence.comparison import LOSS_FLOOR, LOSS_TOLERANCE, LOSS_WORSE, NO_FLOPS, compare_records
-from steplens.evidence.runs import CompareError, gather_offline, gather_polyaxon
+from steplens.evidence.runs import DOWNLOADS, PAGE_SIZE, CompareError, gather_offline, gather_polyaxon, read_line
 
 
 def fmt_loss(loss: dict[str, Any] | None) -> str:
@@ -231,6 +233,8 @@ def markdown(result: dict[str, Any], links_from: str | None = None) -> str:
     """The tables as Markdown; links_from: the folder the file will lie in, which links are relative to
     (default: the current folder)."""
     out = io.StringIO()
+    if result.get("read"):
+        out.write(f"Runs: {read_line(result['read'])}.\n\n")
     for i, table in enumerate(result["tables"]):
         out.write(f"{'' if i == 0 else chr(10)}Machine: {table['machine_label']}\n\n")
         out.write(markdown_table(table, links_from))
@@ -448,7 +452,8 @@ def log_to_polyaxon(paths: dict[str, str]) -> None:
     tracking.end()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags, checked: a bad value is one line on stderr and exit 2 (argparse's own error)."""
     p = argparse.ArgumentParser(prog="steplens compare", description=__doc__.split("\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--offline", metavar="PATH", help="a folder of offline runs (POLYAXON_OFFLINE_ROOT)")
@@ -480,12 +485,46 @@ def main(argv: list[str] | None = None) -> int:
         f"near zero (default: {LOSS_FLOOR})",
     )
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv/.json/.png (default: comparison)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="read only the newest N runs the query matches (default: every one; a line says how many were read)",
+    )
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=PAGE_SIZE,
+        metavar="N",
+        help=f"runs per listing request to the Polyaxon server (default: {PAGE_SIZE})",
+    )
+    p.add_argument(
+        "--downloads",
+        type=int,
+        default=DOWNLOADS,
+        metavar="N",
+        help=f"run.json downloads at once, for older runs without machine facts as outputs (default: {DOWNLOADS})",
+    )
     args = p.parse_args(argv)
     for name in ("loss_tolerance", "loss_floor"):
         if not (getattr(args, name) >= 0 and math.isfinite(getattr(args, name))):
             p.error(f"--{name.replace('_', '-')} must be a finite number >= 0, got {getattr(args, name)}")
+    for name in ("limit", "page_size", "downloads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.offline and args.query:
+        p.error("-q/--query selects runs on a Polyaxon server (-p PROJECT); offline runs are read whole")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
-        records = gather_offline(args.offline) if args.offline else gather_polyaxon(args.project, args.query)
+        if args.offline:
+            records, read = gather_offline(args.offline, args.limit)
+        else:
+            records, read = gather_polyaxon(args.project, args.query, args.limit, args.page_size, args.downloads)
         result = compare_records(
             records,
             baseline=args.baseline,
@@ -496,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     except CompareError as e:
         print(f"steplens compare: error: {e}", file=sys.stderr)
         return 1
+    result["read"] = read
+    print(f"steplens compare: {read_line(read)}", file=sys.stderr)
     paths, note = write_outputs(result, args.out)
     sys.stdout.write(markdown(result))
     if note:

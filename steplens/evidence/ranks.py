@@ -40,24 +40,36 @@ NO_COMM = (
 )
 
 
+# With more ranks than this, a line on stderr after every this many ranks read.
+PROGRESS_EVERY = 16
+
+
 class RanksError(Exception):
     pass
 
 
-def trace_rank(path: str, head_bytes: int = 1 << 18) -> int:
-    """distributedInfo.rank from the trace's head (it precedes traceEvents), else the rank{R} folder."""
+def _head(path: str, head_bytes: int) -> tuple[str | None, str | None]:
+    """The trace's first characters (distributedInfo precedes traceEvents), or None and why they cannot be read."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rt") as f:
-            head = f.read(head_bytes)
+            return f.read(head_bytes), None
     except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise RanksError(f"{path}: not a readable trace ({type(e).__name__}: {e})") from e
-    found = None
-    at = head.find('"distributedInfo"')
+        return None, f"{path}: not a readable trace ({type(e).__name__}: {e})"
+
+
+def trace_identity(path: str, head_bytes: int = 1 << 18) -> dict[str, Any]:
+    """{"rank", "world_size", "unreadable"}: distributedInfo from the trace's head, else the rank{R} folder for the
+    rank (world_size None). A head that cannot be read leaves the rank to the folder (None without one) and says
+    why in "unreadable"."""
+    head, unreadable = _head(path, head_bytes)
+    found, world = None, None
+    at = head.find('"distributedInfo"') if head else -1
     if at >= 0:
         try:
             info, _ = json.JSONDecoder().raw_decode(head, head.index("{", at))
             found = int(info["rank"])
+            world = int(info["world_size"]) if info.get("world_size") is not None else None
         except (ValueError, KeyError, TypeError):
             found = None
     folder = re.fullmatch(r"rank(\d+)", os.path.basename(os.path.dirname(os.path.abspath(path))))
@@ -65,13 +77,20 @@ def trace_rank(path: str, head_bytes: int = 1 << 18) -> int:
         raise RanksError(f"{path}: the trace says rank {found} but lies in folder rank{folder.group(1)}")
     if found is None and folder:
         found = int(folder.group(1))
-    if found is None:
+    if found is None and not unreadable:
         raise RanksError(f"{path}: no distributedInfo.rank in the trace and no rank{{R}} folder: which rank is it?")
-    return found
+    return {"rank": found, "world_size": world, "unreadable": unreadable}
 
 
-def find_traces(paths: list[str]) -> dict[int, list[str]]:
-    """{rank: [trace paths]} from trace files and folders (searched recursively)."""
+def trace_rank(path: str, head_bytes: int = 1 << 18) -> int:
+    """distributedInfo.rank from the trace's head (it precedes traceEvents), else the rank{R} folder."""
+    found = trace_identity(path, head_bytes)
+    if found["rank"] is None:
+        raise RanksError(found["unreadable"])
+    return found["rank"]
+
+
+def _trace_files(paths: list[str]) -> list[str]:
     files = []
     for p in paths:
         if os.path.isdir(p):
@@ -80,12 +99,33 @@ def find_traces(paths: list[str]) -> dict[int, list[str]]:
             files.append(p)
         else:
             raise RanksError(f"{p}: no such file or folder")
-    by_rank = {}
-    for f in sorted(files):
-        by_rank.setdefault(trace_rank(f), []).append(f)
-    if not by_rank:
+    if not files:
         raise RanksError(f"no PyTorch profiler traces (*.pt.trace.json[.gz]) in {', '.join(paths)}")
-    return by_rank
+    return sorted(files)
+
+
+def locate(paths: list[str]) -> dict[str, Any]:
+    """The ranks' traces in files and folders (searched recursively): {"by_rank": {rank: [paths]}, "left_out":
+    {what: why}}. Left out: a rank that the traces' distributedInfo.world_size counts and no trace was found of,
+    and a trace whose head cannot be read and whose folder names no rank."""
+    by_rank, worlds, left_out = {}, set(), {}
+    for f in _trace_files(paths):
+        found = trace_identity(f)
+        if found["rank"] is None:
+            left_out[f] = found["unreadable"]
+            continue
+        by_rank.setdefault(found["rank"], []).append(f)
+        worlds.add(found["world_size"])
+    world = max((w for w in worlds if w is not None), default=0)
+    for r in range(world):
+        if r not in by_rank:
+            left_out[f"rank {r}"] = f"no trace found (the traces say world size {world})"
+    return {"by_rank": by_rank, "left_out": left_out}
+
+
+def find_traces(paths: list[str]) -> dict[int, list[str]]:
+    """{rank: [trace paths]} from trace files and folders (searched recursively); see locate() for missing ranks."""
+    return locate(paths)["by_rank"]
 
 
 def _is_cpu_comm(name):
@@ -185,28 +225,48 @@ def step_figures(
     return out
 
 
-def rank_figures(paths: list[str], rank: int | None = None, input_scope: str | None = None) -> dict[str, Any]:
-    """One rank's per-step figures over its traces (cycles are pooled by step number)."""
+# What a damaged trace can raise while it is read: the reader's TraceError, this module's RanksError (a step in two
+# traces, say), and what a malformed event makes of the arithmetic (a string or NaN timestamp, a missing field).
+DAMAGE = (reader.TraceError, RanksError, ValueError, TypeError, KeyError, IndexError, ArithmeticError, RecursionError)
+
+
+def rank_figures(
+    paths: list[str], rank: int | None = None, input_scope: str | None = None, lanes: bool = True
+) -> dict[str, Any]:
+    """One rank's per-step figures over its traces (cycles are pooled by step number). Each trace is read as a
+    stream, one at a time: what is kept per rank is its steps' figures (and, with lanes, the rows of its picture).
+
+    A trace that cannot be read leaves the whole rank out: {"rank", "traces", "left_out": why}, no figures; across()
+    names it and compares the others.
+    """
+    try:
+        return _read_rank(paths, rank, input_scope, lanes)
+    except DAMAGE as e:
+        why = str(e) if isinstance(e, (reader.TraceError, RanksError)) else f"{type(e).__name__}: {e}"
+        if rank is None:
+            rank = next((r for r in (trace_identity(p)["rank"] for p in paths) if r is not None), None)
+        return {"rank": rank, "traces": list(paths), "left_out": f"unreadable: {why}", "steps": [], "drawn": []}
+
+
+def _read_rank(paths, rank, input_scope, lanes):
     steps, sources, ahead, drawn = {}, set(), [], []
     for path in paths:
         if rank is None:
             rank = trace_rank(path)
-        try:
-            evidence = summarize.summarize_file(path, lanes=True, input_scope=input_scope)
-            t = timelines(reader.load_events(path))
-        except reader.TraceError as e:
-            raise RanksError(str(e)) from e
+        evidence = summarize.summarize_file(path, lanes=lanes, input_scope=input_scope)
+        t = timelines(reader.iter_events(path))
         sources.add(t["source"])
         runs_ahead = bool(evidence.get("cpu_runs_ahead"))
         if runs_ahead and t["source"] and not t["source"].startswith("cpu"):
             ahead.append(path)
-        drawn.append(
-            {
-                "rows": picture.lanes_of(evidence),
-                "has_gpu": evidence["has_gpu"],
-                "gpu_slots": evidence.get("idle_basis") == "gpu_timeline",
-            }
-        )
+        if lanes:
+            drawn.append(
+                {
+                    "rows": picture.lanes_of(evidence),
+                    "has_gpu": evidence["has_gpu"],
+                    "gpu_slots": evidence.get("idle_basis") == "gpu_timeline",
+                }
+            )
         by_number = {s["step"]: s for s in evidence["steps"]}
         for number, a, b in t["steps"]:
             if number in steps:
@@ -237,18 +297,24 @@ def _mean(values):
     return None if not values or None in values else sum(values) / len(values)
 
 
-def _by_rank(per_rank):
-    """The ranks' figures by rank number; two or more ranks, each once."""
+def _by_rank(per_rank, left_out):
+    """The ranks' figures by rank number; two or more ranks, each once, besides those left out."""
     by_rank = {}
     for fig in per_rank:
         if fig["rank"] in by_rank:
             raise RanksError(f"rank {fig['rank']} appears twice")
         by_rank[fig["rank"]] = fig
     if len(by_rank) < 2:
+        besides = f" besides {len(left_out)} left out ({_left_out_text(left_out)})" if left_out else ""
         raise RanksError(
-            f"{len(by_rank)} rank(s) only: evidence across ranks needs two or more (steplens summarize reads one trace)"
+            f"{len(by_rank)} rank(s) only{besides}: evidence across ranks needs two or more "
+            "(steplens summarize reads one trace)"
         )
     return by_rank
+
+
+def _left_out_text(left_out):
+    return "; ".join(f"{what}: {why}" for what, why in left_out.items())
 
 
 def _aligned_steps(ranks, table, common, key):
@@ -312,10 +378,16 @@ def _slow_stage(table, candidate, others, common, scope_key, named):
     return stage, stage_reason, excess, stages
 
 
-def across(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """Align the ranks' steps by number, the spread per step, the slowest rank and its slow stage."""
-    # 1) the ranks and the steps they share
-    by_rank = _by_rank(per_rank)
+def across(per_rank: list[dict[str, Any]], left_out: dict[str, str] | None = None) -> dict[str, Any]:
+    """Align the ranks' steps by number, the spread per step, the slowest rank and its slow stage.
+
+    Args:
+        per_rank: rank_figures of each rank; a rank whose traces could not be read is left out and named.
+        left_out: what locate() left out ({"rank R" or a path: why}), named beside them.
+    """
+    # 1) the ranks that can be compared, and the steps they share
+    left_out = {**(left_out or {}), **{f"rank {f['rank']}": f["left_out"] for f in per_rank if f.get("left_out")}}
+    by_rank = _by_rank([f for f in per_rank if not f.get("left_out")], left_out)
     numbers = [{s["step"] for s in f["steps"]} for f in by_rank.values()]
     common = sorted(set.intersection(*numbers))
     if not common:
@@ -361,6 +433,7 @@ def across(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         "per_step": steps,
         "spread_median_us": {k: _median(s["spread"][k] for s in steps) for k in steps[0]["spread"]},
         "traces": {str(r): by_rank[r]["traces"] for r in ranks},
+        "ranks_left_out": left_out,
     }
     result["verdict"] = straggler_verdict(result)
     return result
@@ -410,6 +483,13 @@ def _compared(result):
 
 
 def straggler_verdict(result: dict[str, Any]) -> str:
+    """The verdict in one sentence, ending with what was left out of it."""
+    left = result.get("ranks_left_out") or {}
+    tail = f" ({len(left)} left out of the verdict: {', '.join(left)})" if left else ""
+    return _verdict(result) + tail
+
+
+def _verdict(result):
     key, what = result["slowest_by"], _compared(result)
     if result["slowest_rank"] is None:
         return (
@@ -458,6 +538,7 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
         "max_exposed_comm_share": (
             max(e / w for e, w in zip(exposed, walls)) if None not in exposed and all(walls) else None
         ),
+        "ranks_left_out": len(result.get("ranks_left_out") or {}),
         "verdict": result["verdict"],
     }
 
@@ -482,6 +563,8 @@ def format_text(result: dict[str, Any]) -> str:
         f"evidence across {len(ranks)} ranks, steps {result['steps_aligned']} aligned by ProfilerStep number",
         f"communication: {', '.join(f'rank {r}: {s}' for r, s in result['comm_source'].items())}",
     ]
+    for what, why in (result.get("ranks_left_out") or {}).items():
+        lines.append(f"left out: {what}: {why}")
     if result["comm_null_reason"]:
         lines.append(f"communication figures: n/a ({result['comm_null_reason']})")
     for r, why in result["figures_unavailable"].items():
@@ -547,12 +630,18 @@ def main(argv: list[str] | None = None) -> int:
     summarize.add_reading_options(p)
     args = p.parse_args(argv)
     try:
-        result = across(
-            [rank_figures(paths, rank, args.input_scope) for rank, paths in sorted(find_traces(args.paths).items())]
-        )
+        found = locate(args.paths)
+        per_rank = []
+        for k, (rank, paths) in enumerate(sorted(found["by_rank"].items()), start=1):
+            per_rank.append(rank_figures(paths, rank, args.input_scope, lanes=False))  # the command draws nothing
+            if len(found["by_rank"]) > PROGRESS_EVERY and k % PROGRESS_EVERY == 0:
+                print(f"steplens ranks: read {k} of {len(found['by_rank'])} ranks", file=sys.stderr)
+        result = across(per_rank, found["left_out"])
     except RanksError as e:
         print(f"steplens ranks: error: {e}", file=sys.stderr)
         return 1
+    for what, why in result["ranks_left_out"].items():
+        print(f"steplens ranks: {what} left out of the verdict: {why}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

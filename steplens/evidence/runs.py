@@ -1,6 +1,7 @@
 """Bench and profile runs read from a Polyaxon project or from offline run folders, as plain records."""
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -110,7 +111,21 @@ def record_from(
     }
 
 
-def gather_offline(root: str) -> list[dict[str, Any]]:
+# Runs per listing request, and run.json downloads at once (older runs only: see gather_polyaxon).
+PAGE_SIZE = 100
+DOWNLOADS = 8
+# Newest first, the uuid breaking ties: a total order, so that no run falls between two pages.
+ORDER = "-created_at,uuid"
+
+
+def note(text: str) -> None:
+    print(f"steplens compare: {text}", file=sys.stderr)
+
+
+def gather_offline(root: str, limit: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Offline runs under root (POLYAXON_OFFLINE_ROOT), the newest `limit` only if given; and what was read,
+    as gather_polyaxon gives it. A folder without a readable run.plx.json (a run still going, or killed) is
+    counted, not read."""
     runs_dir = os.path.join(root, "runs")
     if not os.path.isdir(root):
         raise CompareError(
@@ -122,69 +137,169 @@ def gather_offline(root: str) -> list[dict[str, Any]]:
             f"{root} holds no offline runs (no runs/ folder): run train.py first, "
             "or give the folder POLYAXON_OFFLINE_ROOT pointed at"
         )
-    records = []
-    for uuid in sorted(os.listdir(runs_dir)):
-        base = os.path.join(runs_dir, uuid)
-        try:
-            with open(os.path.join(base, "run.plx.json")) as f:
-                run = json.load(f)
-        except (OSError, json.JSONDecodeError):
-            continue  # not a finished offline run
-        run_json = None
-        try:
-            with open(os.path.join(base, "outputs", "run.json")) as f:
-                run_json = json.load(f)
-        except (OSError, json.JSONDecodeError):
-            pass
-        records.append(
-            record_from(
-                uuid,
-                run.get("name"),
-                run.get("created_at"),
-                run.get("status"),
-                run.get("inputs"),
-                run.get("outputs"),
-                run_json,
-                run.get("status_conditions"),
-                base,
-            )
-        )
-    return records
+    folders = sorted(os.listdir(runs_dir))
+    records = [r for r in (offline_record(os.path.join(runs_dir, uuid)) for uuid in folders) if r]
+    unread, matched = len(folders) - len(records), len(records)
+    if limit is not None:
+        records = sorted(records, key=lambda r: r["created_at"])[len(records) - limit :] if limit else []
+    read = {"read": len(records), "matched": matched, "limit": limit, "root": root}
+    if unread:
+        read["unread"] = f"{unread} folder(s) without a finished run (no readable run.plx.json)"
+    return records, read
 
 
-def gather_polyaxon(project: str, query: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """Runs of a Polyaxon project from one listing of their inputs and outputs.
+def offline_record(base: str) -> dict[str, Any] | None:
+    """One offline run's record, or None where its run.plx.json is missing or unreadable (not a finished run)."""
+    try:
+        with open(os.path.join(base, "run.plx.json")) as f:
+            run = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    run_json = None
+    try:
+        with open(os.path.join(base, "outputs", "run.json")) as f:
+            run_json = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        pass
+    return record_from(
+        os.path.basename(base),
+        run.get("name"),
+        run.get("created_at"),
+        run.get("status"),
+        run.get("inputs"),
+        run.get("outputs"),
+        run_json,
+        run.get("status_conditions"),
+        base,
+    )
 
-    The listing (what RunClient.get_runs_io flattens, without the start times and states that pairing
-    needs) carries train.py's machine facts as env_* outputs; run.json is downloaded only for runs
-    that lack them (older ones).
+
+def list_runs(client: Any, query: str | None, limit: int | None, page_size: int) -> tuple[list[Any], int]:
+    """The runs the query matches, newest first: page after page (limit and offset) until the listing is
+    exhausted, or until `limit` runs are read. Returns the runs and how many the server says match.
+
+    The end is the server's count, not a short page: a server that caps its pages below page_size
+    still gets asked for the rest. A run listed twice (one created while reading shifts the pages) counts once.
     """
+    runs, seen, offset, matched = [], set(), 0, 0
+    while limit is None or len(runs) < limit:
+        want = page_size if limit is None else min(page_size, limit - len(runs))
+        page = client.list(query=query, sort=ORDER, limit=want, offset=offset)
+        matched = page.count if page.count is not None else max(matched, offset + len(page.results or []))
+        if not page.results:
+            break
+        offset += len(page.results)
+        for r in page.results:
+            if r.uuid not in seen:
+                seen.add(r.uuid)
+                runs.append(r)
+        if matched > page_size:
+            note(f"listing runs: {offset} of {matched}")
+        if offset >= matched:
+            break
+    return runs[:limit], matched
+
+
+def _run_json(owner: str | None, project: str, uuid: str, folder: str) -> dict[str, Any]:
     from polyaxon.client import RunClient
+
+    path = RunClient(owner=owner, project=project, run_uuid=uuid).download_artifact(
+        path="outputs/run.json", path_to=os.path.join(folder, uuid)
+    )
+    with open(path) as f:
+        return json.load(f)
+
+
+def _why(e: BaseException) -> str:
+    """An exception in one short line (the client's HTTP errors carry the whole response)."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
+
+
+def fetch_run_jsons(owner: str | None, project: str, uuids: list[str], workers: int) -> dict[str, dict[str, Any]]:
+    """run.json of each run, `workers` downloads at a time; a run whose download fails is named, one line each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not uuids:
+        return {}
+    note(f"downloading run.json of {len(uuids)} run(s) whose outputs lack the machine facts, {workers} at a time")
+    found, failed = {}, {}
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {u: pool.submit(_run_json, owner, project, u, tmp) for u in uuids}
+        for u, future in futures.items():
+            try:
+                found[u] = future.result()
+            except Exception as e:  # a run without run.json (failed early) is still compared: its facts are absent
+                failed[u] = _why(e)
+    for u, why in failed.items():
+        note(f"note: {u}: no machine facts in its outputs and no run.json ({why})")
+    return found
+
+
+def gather_polyaxon(
+    project: str,
+    query: str | None = None,
+    limit: int | None = None,
+    page_size: int = PAGE_SIZE,
+    workers: int = DOWNLOADS,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Runs of a Polyaxon project from the listing of their inputs and outputs, every page of it.
+
+    The listing carries train.py's machine facts as env_* outputs; run.json is downloaded only for runs
+    that lack them (older ones). limit: the newest `limit` runs only (None: all). Returns the records and
+    what was read: {"read", "matched", "limit", "query", "project"} (read_line says it in words).
+    """
+    import urllib3
+    from polyaxon.client import RunClient
+    from polyaxon.exceptions import ApiException, PolyaxonClientException
 
     owner, _, name = project.rpartition("/")
     client = RunClient(owner=owner or None, project=name)
-    runs = client.list(query=query, sort="created_at", limit=limit).results or []
-    records = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in runs:
-            run_json = None
-            if "env_host" not in (r.outputs or {}):
-                rc = RunClient(owner=client.owner, project=name, run_uuid=r.uuid)
-                try:
-                    path = rc.download_artifact(path="outputs/run.json", path_to=os.path.join(tmp, r.uuid))
-                    with open(path) as f:
-                        run_json = json.load(f)
-                except Exception as e:  # a run without run.json (failed early) is still listed
-                    print(
-                        f"steplens compare: note: {r.uuid}: no machine facts in its outputs and no run.json "
-                        f"({type(e).__name__})",
-                        file=sys.stderr,
-                    )
-            status = getattr(r.status, "value", r.status)
-            records.append(
-                record_from(r.uuid, r.name, r.created_at, status, r.inputs, r.outputs, run_json, r.status_conditions)
-            )
-    return records
+    # The client logs each failed request at length (a stack, the headers): here each failure is said in one line.
+    client_log = logging.getLogger("polyaxon.cli")
+    was, client_log.disabled = client_log.disabled, True
+    try:
+        listed, matched = list_runs(client, query, limit, page_size)
+        run_jsons = fetch_run_jsons(
+            client.owner, name, [r.uuid for r in listed if "env_host" not in (r.outputs or {})], workers
+        )
+    except (ApiException, PolyaxonClientException, urllib3.exceptions.HTTPError, OSError) as e:
+        host = getattr(getattr(client.client, "config", None), "host", None) or "the configured host"
+        raise CompareError(
+            f"project {project} on {host}: the run listing failed ({_why(e)}); check the project's name and "
+            "the host (polyaxon config set --host=...)"
+        ) from e
+    finally:
+        client_log.disabled = was
+    records = [
+        record_from(
+            r.uuid,
+            r.name,
+            r.created_at,
+            getattr(r.status, "value", r.status),
+            r.inputs,
+            r.outputs,
+            run_jsons.get(r.uuid),
+            r.status_conditions,
+        )
+        for r in listed
+    ]
+    read = {"read": len(records), "matched": matched, "limit": limit, "query": query, "project": project}
+    return records, read
+
+
+def read_line(read: dict[str, Any]) -> str:
+    """How many runs were read of how many matched, in words."""
+    where = f"runs in project {read['project']}" if "project" in read else f"offline runs under {read['root']}"
+    matching = f" matching {read['query']!r}" if read.get("query") else ""
+    text = f"read {read['read']} of the {read['matched']} {where}{matching}"
+    if read.get("limit") is not None and read["matched"] > read["read"]:
+        text += f": the newest {read['read']} (--limit {read['limit']})"
+    elif read["read"] < read["matched"]:
+        text += f": {read['matched'] - read['read']} listed but not read (runs deleted while listing?)"
+    if read.get("unread"):
+        text += f"; left unread: {read['unread']}"
+    return text
 
 
 # The ids tell apart machines that share a hostname; runs recorded before them have None, a value of its own.

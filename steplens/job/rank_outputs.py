@@ -90,7 +90,7 @@ def profile_evidence(world: World, record: RunRecord, results: dict[str, Any]) -
 def draw_ranks(every: list[dict[str, Any]], record: RunRecord, said: str) -> list[str]:
     """One picture per cycle with every rank's steps, a lane pair per step (picture.py), saved and logged by rank 0;
     the pictures' paths (none, and one line saying why, without matplotlib)."""
-    by_rank = sorted(every, key=lambda f: f["rank"])
+    by_rank = sorted((f for f in every if not f.get("left_out")), key=lambda f: f["rank"])  # left out: no rows
     paths = []
     for k in range(min(len(f["drawn"]) for f in by_rank)):
         cycle = [f["drawn"][k] for f in by_rank]

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from test_compare import push_stored_runs, run_compare
+from test_compare import fabricated_offline, push_stored_runs, run_compare
 
 FACTS = {
     "env_host": "gpu-a",
@@ -137,3 +137,22 @@ def test_a_missing_project_or_an_unreachable_server_is_one_line(sandbox, tmp_pat
         assert proc.returncode == 1 and len(lines) == 1, proc.stderr
         assert lines[0].startswith("steplens compare: error: project nosuch on ") and said in lines[0], lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_offline_runs_are_counted_and_limit_keeps_the_newest(tmp_path):
+    """Offline: eight finished runs and one folder without run.plx.json (a run still going). The line counts the eight
+    and names the unread folder; --limit 4 keeps the four newest by start time."""
+    root = tmp_path / "offline"
+    fabricated_offline(str(root), hosts=("vm", "vm2"))
+    os.makedirs(root / "runs" / "still-going")
+    proc = run_compare("--offline", str(root), "--per-host", "--out", str(tmp_path / "all"), env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"read 8 of the 8 offline runs under {root}; left unread: 1 folder(s) without a finished run "
+        "(no readable run.plx.json)" in proc.stderr
+    ), proc.stderr
+    proc = run_compare("--offline", str(root), "--limit", "4", "--out", str(tmp_path / "newest"), env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    assert f"read 4 of the 8 offline runs under {root}: the newest 4 (--limit 4)" in proc.stderr, proc.stderr
+    result, uuids = compared(tmp_path / "newest")
+    assert uuids == {"vm200", "vm201", "vm210", "vm211"}, "the second host's runs start an hour later"

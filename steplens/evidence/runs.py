@@ -296,7 +296,7 @@ def read_line(read: dict[str, Any]) -> str:
     if read.get("limit") is not None and read["matched"] > read["read"]:
         text += f": the newest {read['read']} (--limit {read['limit']})"
     elif read["read"] < read["matched"]:
-        text += f": {read['matched'] - read['read']} listed but not read (runs deleted while listing?)"
+        text += f": {read['matched'] - read['read']} of them not read"
     if read.get("unread"):
         text += f"; left unread: {read['unread']}"
     return text

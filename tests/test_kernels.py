@@ -510,8 +510,8 @@ def test_the_union_is_shared_out_in_order_of_start_the_longer_first():
     events = [("a", "kernel", 0.0, 4.0), ("b", "kernel", 0.0, 10.0), ("c", "kernel", 12.0, 13.0)]
     assert kernels.breakdown(events, top=3)["top"][0] == {"name": "b", "class": kernels.OTHER, "count": 1, "us": 10.0}
     assert kernels.breakdown(events)["classes"][kernels.OTHER]["us"] == 11.0
-    assert kernels._exclusive(events) == [0.0, 10.0, 1.0]
-    assert kernels._exclusive([("a", "kernel", -5.0, -1.0)]) == [4.0], "before 0 too"
+    assert kernels.exclusive(events) == [0.0, 10.0, 1.0]
+    assert kernels.exclusive([("a", "kernel", -5.0, -1.0)]) == [4.0], "before 0 too"
 
 
 def test_top_classes_names_the_three_largest_shares_in_short_words():

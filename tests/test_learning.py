@@ -13,6 +13,7 @@ from conftest import load_offline_run, run_train
 import train
 from steplens.evidence import compare, comparison, runs
 from steplens.job import data, distributed, learning, stopping
+from steplens.job import device as device_module
 from steplens.job.settings import parse_settings
 
 # Small enough for a CPU test. A batch of 32 keeps BatchNorm's batch statistics steady enough to learn
@@ -170,6 +171,7 @@ def test_the_loss_read_adds_no_synchronization_inside_the_window(monkeypatch):
         return real_values(self)
 
     monkeypatch.setattr(train, "synchronize", sync)
+    monkeypatch.setattr(device_module, "synchronize", sync)  # WindowPeak's, at the window's opening edge
     monkeypatch.setattr(learning.LossCurve, "values", values)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: events.append("cuda sync"))
     args = parse_settings(

@@ -218,3 +218,15 @@ def test_the_class_table_refuses_gpu_damage_and_says_other_damage(gpu_doc, tmp_p
         path = write(make(doc), tmp_path / f"t{i}.pt.trace.json.gz")
         proc = subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert proc.returncode == rc and words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_two_launches_at_one_time_and_length_are_not_duplicates(gpu_doc):
+    """A launch given another's start and duration but keeping its own correlation id is a second launch."""
+    doc, _ = gpu_doc
+    launches = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaLaunchKernel"]
+    first, second = launches[:2]
+    damaged = D._edit(
+        doc, lambda ev: ev is not None and ev == second, lambda ev: ev.update(ts=first["ts"], dur=first["dur"])
+    )
+    ev = summarize.summarize_events(damaged["traceEvents"])
+    assert all(d["kind"] != "duplicate" for d in ev["damage"]), ev["damage"]

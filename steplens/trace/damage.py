@@ -22,8 +22,11 @@ KINDS = {
     "string_number": ("complete events whose ts or dur is a number written as a string", "read as numbers"),
     "non_finite": ("complete events whose ts or dur is NaN or infinite", "skipped"),
     "negative_duration": ("complete events with a negative dur", "skipped"),
-    "far_outside": (f"complete events more than {3600:,} s from the trace's other events", "skipped"),
-    "duplicate": ("complete events written twice (same name, track, start and duration)", "removed"),
+    "far_outside": (
+        f"complete events more than {3600:,} s from the median start of the trace's first events",
+        "skipped",
+    ),
+    "duplicate": ("complete events written twice (same name, track, start, duration and ids)", "removed"),
     "duplicate_memory": ("[memory] events written twice (same device, time and totals)", "read once"),
     "unreadable_memory": ("[memory] events without a finite time or numeric totals", "skipped"),
     "repeated_step": ("ProfilerStep#N numbers carried by more than one slice", "kept"),
@@ -134,8 +137,9 @@ def check_complete(ev: dict[str, Any], damage: Damage) -> tuple[float, float] | 
 
 
 def fingerprint(ev: dict[str, Any], ts: float, dur: float) -> int:
-    """A 64-bit key of an event's name, track, start and duration: equal events have equal keys."""
-    h = hash((ev["name"], ev.get("pid"), ev.get("tid"), ts, dur))
+    """A 64-bit key of an event's name, track, start, duration and ids: equal events have equal keys."""
+    args = ev.get("args") or {}  # ids too: two launches at one time and length are still two launches
+    h = hash((ev["name"], ev.get("pid"), ev.get("tid"), ts, dur, args.get("correlation"), args.get("External id")))
     return h if -(1 << 63) <= h < (1 << 63) else h & ((1 << 63) - 1)
 
 

@@ -9,6 +9,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT, TINY, run_train
@@ -698,7 +699,14 @@ def push_stored_runs(sandbox, project, uuids, root):
         shutil.copytree(os.path.join(ROOT, "results", "h200", "offline", "runs", uuid), root / "runs" / uuid)
     sandbox.cli("project", "create", "--name", project)
     for uuid in uuids:
-        sandbox.cli("ops", "push", "-uid", uuid, "--path", str(root), "--reset-project", "-p", project)
+        for _ in range(3):  # a push the sandbox answered with 405 can still exit 0: check that the run arrived
+            sandbox.cli("ops", "push", "-uid", uuid, "--path", str(root), "--reset-project", "-p", project)
+            listed = sandbox.run_client(project).list(limit=100).results or []
+            if uuid in {str(r.uuid).replace("-", "") for r in listed}:
+                break
+            time.sleep(2)
+        else:
+            raise AssertionError(f"run {uuid} never reached project {project} on the sandbox")
 
 
 def test_compare_downloads_run_json_for_older_runs(sandbox, tmp_path):

@@ -9,6 +9,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -230,3 +231,44 @@ def test_two_launches_at_one_time_and_length_are_not_duplicates(gpu_doc):
     )
     ev = summarize.summarize_events(damaged["traceEvents"])
     assert all(d["kind"] != "duplicate" for d in ev["damage"]), ev["damage"]
+
+
+@pytest.mark.parametrize(
+    "damage,said",
+    [
+        (lambda text: text[:300], "outputs/run.json is damaged (JSONDecodeError"),
+        (lambda text: json.dumps({**json.loads(text), "settings": [1, 2]}), "has settings of the wrong type"),
+        (lambda text: json.dumps([json.loads(text)]), "outputs/run.json is not an object (list)"),
+        (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "environment"}), None),
+    ],
+)
+def test_compare_reads_a_damaged_run_json_and_names_it(damage, said, tmp_path):
+    """compare's reader of run.json: cut short, a part of the wrong type, not an object, a field missing: the run is
+    still read from its outputs, the damage named in one line; never a traceback."""
+    stored = os.path.join(ROOT, "results", "h200", "offline", "runs")
+    uuids = sorted(os.listdir(stored))[:2]
+    for uuid in uuids:
+        shutil.copytree(os.path.join(stored, uuid), tmp_path / "runs" / uuid)
+    path = tmp_path / "runs" / uuids[0] / "outputs" / "run.json"
+    path.write_text(damage(path.read_text()))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "steplens",
+            "compare",
+            "--offline",
+            str(tmp_path),
+            "--per-host",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
+    assert "read 2 of the 2 offline runs" in proc.stderr, proc.stderr
+    if said:
+        assert sum(said in line for line in proc.stderr.splitlines()) == 1, proc.stderr

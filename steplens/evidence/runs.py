@@ -158,9 +158,12 @@ def offline_record(base: str) -> dict[str, Any] | None:
     run_json = None
     try:
         with open(os.path.join(base, "outputs", "run.json")) as f:
-            run_json = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        pass
+            run_json = checked_run_json(json.load(f), os.path.basename(base))
+    except OSError:
+        pass  # older or failed runs have none: their facts come from the outputs
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        uuid = os.path.basename(base)
+        note(f"note: {uuid}: outputs/run.json is damaged ({_why(e)}): left out; its facts come from the outputs")
     return record_from(
         os.path.basename(base),
         run.get("name"),
@@ -207,7 +210,23 @@ def _run_json(owner: str | None, project: str, uuid: str, folder: str) -> dict[s
         path="outputs/run.json", path_to=os.path.join(folder, uuid)
     )
     with open(path) as f:
-        return json.load(f)
+        return checked_run_json(json.load(f), uuid)
+
+
+# run.json's parts that records read, and the type each must have: a part of another type is left out, and named
+RUN_JSON_PARTS = {"settings": dict, "environment": dict, "results": dict, "cpu_budget": dict, "error": str}
+
+
+def checked_run_json(data: Any, uuid: str) -> dict[str, Any] | None:
+    """run.json as records read it: an object whose parts have their types; what is not is named in one line and
+    left out, so a damaged run.json costs its facts, never the comparison."""
+    if not isinstance(data, dict):
+        note(f"note: {uuid}: outputs/run.json is not an object ({type(data).__name__}): left out")
+        return None
+    bad = [k for k, kind in RUN_JSON_PARTS.items() if data.get(k) is not None and not isinstance(data[k], kind)]
+    if bad:
+        note(f"note: {uuid}: outputs/run.json has {', '.join(bad)} of the wrong type: left out")
+    return {k: v for k, v in data.items() if k not in bad}
 
 
 def _why(e: BaseException) -> str:

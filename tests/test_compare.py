@@ -255,6 +255,55 @@ def test_two_machines_sharing_a_hostname_are_compared_apart_and_never_paired():
     assert {t["machine"]["machine_id"][:8] for t in result["tables"]} == {"3d1219c7", "9f00aa11"}
 
 
+def three_machines(b_rates_per_machine, **b_settings):
+    """Alternating pairs on three machines (boot ids differ): rates of machine k are k x 1000, so pooling the
+    rates would mix machines, while each pair stays on its own machine."""
+    out = []
+    for k, b_rates in enumerate(b_rates_per_machine, start=1):
+        env = {**ONE, "boot_id": f"boot-{k}"}
+        for i, b in enumerate(b_rates):
+            out.append(rec(f"a{k}{i}", i, 1000.0 * k, minute=100 * k + 2 * i, env=env))
+            out.append(rec(f"b{k}{i}", i, 1000.0 * k * b, minute=100 * k + 2 * i + 1, env=env, **b_settings))
+    return out
+
+
+def test_pairs_of_several_machines_pool_into_one_sign_test_while_each_table_has_too_few():
+    """3 machines with 1, 2 and 3 pairs, every lever run faster: no table reaches a verdict (need 6), the pooled
+    test has 6 pairs all above 1 (p = 2/2^6) and says faster; no pair joins two machines."""
+    result = comparison.compare_records(
+        three_machines([[1.06], [1.06, 1.05], [1.02, 1.08, 1.01]], workers=4), per_host=True
+    )
+    assert [len(t["groups"][1]["pairs"]) for t in result["tables"]] == [1, 2, 3]
+    assert all(t["groups"][1]["verdict"].startswith("too few repeats") for t in result["tables"])
+    [pooled] = result["pooled"]
+    assert (pooled["group"], pooled["baseline"]) == ("workers=4", "workers=0")
+    assert [m["pairs"] for m in pooled["machines"]] == [1, 2, 3]
+    assert sorted(pooled["ratios"]) == pytest.approx(sorted([1.06, 1.06, 1.05, 1.02, 1.08, 1.01]))
+    assert pooled["sign_test"]["p"] == pytest.approx(2 / 2**6) and pooled["verdict"] == "faster"
+    assert pooled["paired"]["median"] == pytest.approx((1.05 + 1.06) / 2)
+    text = compare.markdown(result)
+    assert "Pairs pooled across machines" in text and "| workers=4 | workers=0 | 1, 2, 3 (n=6) |" in text
+    rows = [r for r in csv.DictReader(io.StringIO(compare.csv_text(result))) if r["machine"].startswith("pooled")]
+    assert [(r["group"], r["pairs"], r["verdict"]) for r in rows] == [("workers=4", "6", "faster")]
+
+
+def test_pooled_pairs_keep_a_slower_pair_and_a_worse_loss_and_skip_one_machine_groups():
+    """One pair below 1 among 6: p = 2 x 7/64 > 0.05, within the noise; a group paired on one machine only is not
+    pooled; a loss worse than the baseline on one machine marks the pooled verdict."""
+    records = three_machines([[1.06], [1.06, 0.97], [1.02, 1.08, 1.01]], workers=4)
+    result = comparison.compare_records(records, per_host=True)
+    [pooled] = result["pooled"]
+    assert pooled["sign_test"]["above_1"] == 5 and pooled["sign_test"]["below_1"] == 1
+    assert pooled["sign_test"]["p"] == pytest.approx(2 * 7 / 64) and pooled["verdict"] == "within the noise"
+    one = three_machines([[1.06, 1.05, 1.04]], workers=4)
+    assert comparison.compare_records(one, per_host=True)["pooled"] == []
+    for r in records:
+        worse = r["settings"]["workers"] == 4 and r["machine"]["boot_id"] == "boot-2"
+        r["outputs"]["loss_final"] = 0.5 if worse else 0.1
+    pooled = comparison.compare_records(records, per_host=True)["pooled"][0]
+    assert pooled["verdict"].endswith("; " + comparison.LOSS_WORSE) and len(pooled["loss_worse_on"]) == 1
+
+
 def test_runs_of_one_machine_id_pool_and_its_label_stays_short():
     result = comparison.compare_records(
         [rec(f"a{i}", i, 100.0, minute=2 * i, env=ONE) for i in range(6)]

@@ -229,6 +229,26 @@ def markdown_table(table: dict[str, Any], links_from: str | None = None) -> str:
     return out.getvalue()
 
 
+def _pooled_section(out, pooled):
+    """The pairs of several machines in one sign test (comparison.pooled_pairs)."""
+    if not pooled:
+        return
+    out.write(
+        "\nPairs pooled across machines (each pair within one machine; the rates are not pooled):\n\n"
+        "| group | baseline | pairs per machine | paired ratio: median (range) | sign test p | verdict |\n"
+        + "|---" * 6
+        + "|\n"
+    )
+    for p in pooled:
+        per = ", ".join(str(m["pairs"]) for m in p["machines"])
+        paired = p["paired"]
+        out.write(
+            f"| {p['group']} | {p['baseline']} | {per} (n={paired['n']}) "
+            f"| {paired['median']:.3f} ({paired['min']:.3f}-{paired['max']:.3f}) | {fmt_p(p['sign_test']['p'])} "
+            f"| {p['verdict']} |\n"
+        )
+
+
 def markdown(result: dict[str, Any], links_from: str | None = None) -> str:
     """The tables as Markdown; links_from: the folder the file will lie in, which links are relative to
     (default: the current folder)."""
@@ -238,6 +258,7 @@ def markdown(result: dict[str, Any], links_from: str | None = None) -> str:
     for i, table in enumerate(result["tables"]):
         out.write(f"{'' if i == 0 else chr(10)}Machine: {table['machine_label']}\n\n")
         out.write(markdown_table(table, links_from))
+    _pooled_section(out, result.get("pooled") or [])
     for w in result["warnings"]:
         out.write(f"\nWARNING: {w}\n")
     if result["left_out"]:
@@ -344,6 +365,21 @@ def csv_text(result: dict[str, Any]) -> str:
                     " ".join(f"{r:.1f}" for r in g["rates"]),
                 ]
             )
+    for p in result.get("pooled") or []:
+        row = dict.fromkeys(CSV_COLUMNS, "")
+        paired = p["paired"]
+        row.update(
+            machine=f"pooled over {len(p['machines'])} machines",
+            group=p["group"],
+            pairing="each pair within one machine",
+            pairs=paired["n"],
+            paired_median=paired["median"],
+            paired_min=paired["min"],
+            paired_max=paired["max"],
+            sign_test_p=p["sign_test"]["p"],
+            verdict=p["verdict"],
+        )
+        w.writerow(row.values())
     return out.getvalue()
 
 

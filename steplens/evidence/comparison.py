@@ -215,12 +215,54 @@ def compare_records(
         flag_losses(t["groups"], loss_tolerance, loss_floor)
     return {
         "tables": tables,
+        "pooled": pooled_pairs(tables),
         "varying": varying,
         "warnings": warnings,
         "alpha": ALPHA,
         "pairs_needed": pairs_needed(),
         "left_out": [{"uuid": r["uuid"], "name": r["name"], "why": why} for r, why in left_out],
     }
+
+
+def pooled_pairs(tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each group's pairs from every machine whose table has the same baseline, in one sign test.
+
+    A pair never crosses machines: both its runs ran on one machine, one beside the other. The sign test
+    counts pairs, and pairs of different machines are independent, so they add up; the rates themselves are
+    never pooled. Only groups paired on two machines or more; a group whose loss was worse on any machine
+    keeps that mark."""
+    found: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for t in tables:
+        base = t["groups"][0]["group"]
+        for g in t["groups"][1:]:
+            if g["pairs"]:
+                found.setdefault((base, g["group"]), []).append((t, g))
+    pooled = []
+    for (base, group), rows in found.items():
+        if len(rows) < 2:
+            continue
+        ratios = [p["ratio"] for _, g in rows for p in g["pairs"]]
+        test = sign_test(ratios)
+        worse = [t["machine_label"] for t, g in rows if g["loss"] is not None and g["loss"]["worse_than_baseline"]]
+        verdict = significance(test) + (f"; {LOSS_WORSE}" if worse else "")
+        pooled.append(
+            {
+                "group": group,
+                "baseline": base,
+                "machines": [{"machine_label": t["machine_label"], "pairs": len(g["pairs"])} for t, g in rows],
+                "ratios": ratios,
+                "paired": {
+                    "n": len(ratios),
+                    "median": statistics.median(ratios),
+                    "min": min(ratios),
+                    "max": max(ratios),
+                },
+                "sign_test": test,
+                "verdict": verdict,
+                "loss_worse_on": worse,
+            }
+        )
+    return pooled
 
 
 def order_key(key: tuple[tuple[str, Any], ...]) -> list[str]:

@@ -353,6 +353,42 @@ def test_a_rank_whose_trace_is_unreadable_is_named_and_left_out_of_the_verdict(t
     assert ranks.headline(result)["ranks_left_out"] == 1
 
 
+def rewrite(path, change):
+    """The rank trace at path with its events changed by change(events) (a list, edited in place)."""
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    change(doc["traceEvents"])
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+
+
+def test_a_rank_whose_events_are_damaged_is_left_out_as_damaged_and_a_duplicate_changes_nothing(tmp_path):
+    """Rank 2's step with a string-for-NaN start: the reader's damage pass withholds its figures, so rank 2 is left
+    out as damaged (not as unreadable). An exact duplicate of a step slice in rank 0 leaves its figures as they were."""
+    paths = three_ranks(tmp_path)
+    clean = ranks.rank_figures([paths[0]], 0)
+    rewrite(paths[0], lambda evs: evs.append(dict(evs[0])))
+    assert ranks.rank_figures([paths[0]], 0) == clean
+    rewrite(paths[2], lambda evs: evs[0].update(ts="NaN"))
+    damaged = ranks.rank_figures([paths[2]], 2)
+    assert damaged["left_out"].startswith("damaged: ") and paths[2] in damaged["left_out"], damaged["left_out"]
+    result = ranks.across([ranks.rank_figures([p], r) for r, p in paths.items()])
+    assert result["ranks"] == [0, 1] and result["ranks_left_out"]["rank 2"].startswith("damaged: ")
+
+
+def test_a_bug_in_the_figures_is_not_passed_off_as_a_damaged_trace(tmp_path, monkeypatch):
+    """An exception of this code's own arithmetic (here a KeyError) propagates: a reader sees the bug, not a rank
+    "left out as unreadable"."""
+    paths = three_ranks(tmp_path)
+
+    def broken(*args, **kwargs):
+        raise KeyError("wall_us")
+
+    monkeypatch.setattr(ranks, "step_figures", broken)
+    with pytest.raises(KeyError):
+        ranks.rank_figures([paths[0]], 0)
+
+
 def test_a_rank_without_a_trace_is_named_from_the_world_size(tmp_path):
     """The traces say world size 4 and ranks 0-2 wrote one: rank 3 is named as missing, the others compared."""
     three_ranks(tmp_path, world=4)

@@ -148,7 +148,9 @@ def timelines(events: Iterable[dict]) -> dict[str, Any]:
         cat, name, thread = ev.get("cat", ""), ev.get("name", ""), (ev.get("pid"), ev.get("tid"))
         if cat == "user_annotation":
             if name.startswith("ProfilerStep#"):
-                steps.append((int(name.split("#", 1)[1]), s, e))
+                number = name.split("#", 1)[1]
+                if number.isdigit():  # a damaged step name is the damage pass's to count
+                    steps.append((int(number), s, e))
             elif name in scopes:
                 scopes[name].append([s, e])
             elif _is_cpu_comm(name):
@@ -174,7 +176,7 @@ def timelines(events: Iterable[dict]) -> dict[str, Any]:
     else:
         source, comm, compute = None, [], []
     return {
-        "steps": sorted(steps),
+        "steps": sorted(set(steps)),  # an exact duplicate of a step is one step
         "scopes": {n: intervals.union(v) for n, v in scopes.items()},
         "source": source,
         "comm": comm,
@@ -225,9 +227,15 @@ def step_figures(
     return out
 
 
-# What a damaged trace can raise while it is read: the reader's TraceError, this module's RanksError (a step in two
-# traces, say), and what a malformed event makes of the arithmetic (a string or NaN timestamp, a missing field).
-DAMAGE = (reader.TraceError, RanksError, ValueError, TypeError, KeyError, IndexError, ArithmeticError, RecursionError)
+# What a damaged trace raises while it is read: the reader's TraceError (a file cut short, not JSON) and this
+# module's RanksError (a step in two traces, say). A malformed event does not raise: the reader's damage pass
+# counts it, and a rank whose damage touches its figures is left out (DamagedRank). Any other exception is a bug
+# of this code, and it is not passed off as a damaged trace.
+class DamagedRank(RanksError):
+    pass
+
+
+DAMAGE = (reader.TraceError, RanksError)
 
 
 def rank_figures(
@@ -242,10 +250,10 @@ def rank_figures(
     try:
         return _read_rank(paths, rank, input_scope, lanes)
     except DAMAGE as e:
-        why = str(e) if isinstance(e, (reader.TraceError, RanksError)) else f"{type(e).__name__}: {e}"
         if rank is None:
             rank = next((r for r in (trace_identity(p)["rank"] for p in paths) if r is not None), None)
-        return {"rank": rank, "traces": list(paths), "left_out": f"unreadable: {why}", "steps": [], "drawn": []}
+        why = f"damaged: {e}" if isinstance(e, DamagedRank) else f"unreadable: {e}"
+        return {"rank": rank, "traces": list(paths), "left_out": why, "steps": [], "drawn": []}
 
 
 def _read_rank(paths, rank, input_scope, lanes):
@@ -254,6 +262,8 @@ def _read_rank(paths, rank, input_scope, lanes):
         if rank is None:
             rank = trace_rank(path)
         evidence = summarize.summarize_file(path, lanes=lanes, input_scope=input_scope)
+        if evidence.get("damage_withheld"):
+            raise DamagedRank(f"{path}: {evidence['damage_withheld']}")
         t = timelines(reader.iter_events(path))
         sources.add(t["source"])
         runs_ahead = bool(evidence.get("cpu_runs_ahead"))

@@ -297,6 +297,10 @@ def test_pooled_pairs_keep_a_slower_pair_and_a_worse_loss_and_skip_one_machine_g
     assert pooled["sign_test"]["p"] == pytest.approx(2 * 7 / 64) and pooled["verdict"] == "within the noise"
     one = three_machines([[1.06, 1.05, 1.04]], workers=4)
     assert comparison.compare_records(one, per_host=True)["pooled"] == []
+    h100 = three_machines([[1.06, 1.05], [1.04]], workers=4)
+    for r in h100[4:]:
+        r["machine"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    assert comparison.compare_records(h100, per_host=True)["pooled"] == [], "an H100's pairs never join an H200's"
     for r in records:
         worse = r["settings"]["workers"] == 4 and r["machine"]["boot_id"] == "boot-2"
         r["outputs"]["loss_final"] = 0.5 if worse else 0.1

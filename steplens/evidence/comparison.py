@@ -224,21 +224,27 @@ def compare_records(
     }
 
 
+# What makes two machines one kind, whose pairs may pool: every machine fact but the host and the ids.
+POOLED_KIND = tuple(k for k in MACHINE if k != "host" and k not in MACHINE_IDS)
+
+
 def pooled_pairs(tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each group's pairs from every machine whose table has the same baseline, in one sign test.
 
     A pair never crosses machines: both its runs ran on one machine, one beside the other. The sign test
     counts pairs, and pairs of different machines are independent, so they add up; the rates themselves are
-    never pooled. Only groups paired on two machines or more; a group whose loss was worse on any machine
-    keeps that mark."""
-    found: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    never pooled. Only machines of one kind are pooled: the same GPU, driver, torch, CUDA and CPU budget (a new
+    start of a machine, another host of the same kind), never an H100 with an H200. Only groups paired on two
+    machines or more; a group whose loss was worse on any machine keeps that mark."""
+    found: dict[tuple[Any, ...], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for t in tables:
         base = t["groups"][0]["group"]
+        kind = tuple(t["machine"].get(k) for k in POOLED_KIND)
         for g in t["groups"][1:]:
             if g["pairs"]:
-                found.setdefault((base, g["group"]), []).append((t, g))
+                found.setdefault((kind, base, g["group"]), []).append((t, g))
     pooled = []
-    for (base, group), rows in found.items():
+    for (_, base, group), rows in found.items():
         if len(rows) < 2:
             continue
         ratios = [p["ratio"] for _, g in rows for p in g["pairs"]]

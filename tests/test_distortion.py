@@ -703,3 +703,34 @@ def test_refills_without_a_queue_or_a_pace():
         [{"cycle": 1, "profiler_steps": [1, 3]}], [0.4, 0.1, 0.05, 0.02], 8, None, seen_waits={1: 0.05}
     )
     assert [(r["before_step"], r["steps"]) for r in seen[1]] == [(2, [2, 3])], "after the wait seen at step 1"
+
+
+def test_a_step_seen_waiting_exactly_the_threshold_was_not_served():
+    """A 1.5 s pause before step 2 queues 3 batches, enough for steps 2 to 6; step 6 was seen waiting 0.125 s
+    all the same, the threshold: it waited, so it is not listed. The cycle would have waited 5 x 0.125 =
+    0.625 s and waited 0.125 s, less than a quarter (0.15625): flagged, with steps 2 to 5."""
+    pauses = [0.0, 0.0, 1.5, 0.0, 0.0, 0.0, 0.0]
+    found = refilled([{"cycle": 1, "profiler_steps": [2, 6]}], pauses, seen_waits={6: 0.125})
+    assert [(r["before_step"], r["batches"], r["steps"]) for r in found[1]] == [(2, 3.0, [2, 3, 4, 5])]
+
+
+def test_blocks_of_equal_spread_are_tested_on_their_own_degrees_of_freedom():
+    """[9.5, 10, 10.5] and [10.5, 11, 11.5]: vb = va = 0.25 / 3, se sqrt(1/6) = 0.408, df 4, t 2.78: 1 ms
+    apart is within 1.135 (1.96 standard errors, 0.80, would call it a drift). The profiled time midway."""
+    out = distortion.distortion_interval(10.5, None, blocks_of([9.5, 10.0, 10.5], [10.5, 11.0, 11.5]))
+    assert out["distortion_uncertain"] is None
+
+
+def test_a_difference_of_exactly_t975_standard_errors_is_within_the_spread():
+    """[1.9375, 2.0625] (vb = 0.0625^2) and two steps 0.125 either side of c (va = 0.125^2): se sqrt(5/256),
+    df (5/256)^2 / ((1/256)^2 + (1/64)^2) = 25/17, t 12.71. With c = 2 + 12.71 x se to the last bit the means
+    are exactly t975 standard errors apart: not more, so no drift. The profiled time midway."""
+    c = 2.0 + 12.71 * math.sqrt(5 / 256)
+    assert c - 2.0 == 12.71 * math.sqrt(5 / 256), "the tie holds in floating point"
+    out = distortion.distortion_interval((2.0 + c) / 2, None, blocks_of([1.9375, 2.0625], [c - 0.125, c + 0.125]))
+    assert out["distortion_uncertain"] is None
+    wider = 2.0 + 12.72 * math.sqrt(5 / 256)
+    out = distortion.distortion_interval(
+        (2.0 + wider) / 2, None, blocks_of([1.9375, 2.0625], [wider - 0.125, wider + 0.125])
+    )
+    assert out["distortion_uncertain"] is not None, "a hair further apart is a drift"

@@ -305,12 +305,14 @@ def distortion_interval(
     out["unprofiled_drift"] = a / b
     if not (before and after and len(before) >= 2 and len(after) >= 2):
         return out
+    if not profiled_ms:  # no profiled time: there is no ratio for a drift to move
+        return out
     vb, va = statistics.variance(before) / len(before), statistics.variance(after) / len(after)
     df = (vb + va) ** 2 / (vb * vb / (len(before) - 1) + va * va / (len(after) - 1)) if vb + va else None
     differ = abs(a - b) > t975(df) * math.sqrt(vb + va) if vb + va else a != b
     # A drift matters when it moves the ratio by more than a quarter of the slow-down itself: blocks of
     # near-constant steps (a CUDA-graph replay) differ by 0.01 ms "beyond their spread" and change nothing.
-    moved = abs(profiled_ms / b - profiled_ms / a) if profiled_ms else 0.0
+    moved = abs(profiled_ms / b - profiled_ms / a)
     if differ and moved > DRIFT_MATTERS * abs(profiled_ms / ((a + b) / 2) - 1):
         out["distortion_uncertain"] = (
             f"the unprofiled steps before the capture took {b:.2f} ms and those after it {a:.2f} ms, further "

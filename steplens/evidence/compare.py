@@ -3,8 +3,11 @@
     steplens compare --offline .polyaxon-offline --out results/local --baseline workers=4
     steplens compare -p YOUR_PROJECT [-q 'tags:study1'] --out comparison --baseline workers=4
     steplens compare -p YOUR_PROJECT --limit 200 --out comparison     # the newest 200 runs only
+    steplens compare --offline ROOT --out DIR --model train:build_model   # CUDA-graph profile traces' roofline too
 
 Every run the query matches is read, page by page, and a line says how many (docs/COMPARE.md#many-runs).
+Each group's profile trace also gives its roofline by kernel class: docs/COMPARE.md, the roofline of each
+group's profile trace.
 The design, the groups and the statistics: docs/COMPARE.md."""
 
 import argparse
@@ -86,10 +89,14 @@ def roofline_cell(c: dict[str, Any] | None) -> str:
     if c["of_limit"] is None:
         return f"n/a ({c['null_reason']})"
     if c["limit"] == "compute":
-        rate = f"{c['achieved_tflops']:.1f} of {c['peak_tflops']:g} TFLOP/s {c['precision']}"
+        v = c["achieved_tflops"]
+        rate = f"{v:,.1f}" if v >= 10 else f"{v:.3g}"
+        rate += f" of {c['peak_tflops']:g} TFLOP/s {c['precision']}"
     else:
-        rate = f"{c['achieved_gbps']:,.0f} of {c['peak_gbps']:,.0f} GB/s"
-    return f"{rate} ({c['of_limit']:.1%})"
+        v = c["achieved_gbps"]
+        rate = (f"{v:,.0f}" if v >= 100 else f"{v:.3g}") + f" of {c['peak_gbps']:,.0f} GB/s"
+    share = c["of_limit"]
+    return f"{rate} ({share:.1%})" if share >= 0.001 else f"{rate} ({share * 100:.2g}%)"
 
 
 def roofline_lines(groups: list[dict[str, Any]]) -> str:
@@ -115,15 +122,15 @@ def roofline_lines(groups: list[dict[str, Any]]) -> str:
             out.append(f"- {g['group']}: {r['null_reason']}")
         else:
             t, source = r["total"], "the trace's operators" if r["source"] == "operators" else "the model's layers"
-            left = sum(n["us"] for n in r["not_counted"].values())
             out.append(
-                f"- {g['group']}: {r['trace']}: work from {source}, mean of {r['steps']} steps; the counted classes' "
-                f"floor is {t['floor_us'] / 1e3:.3f} ms of the step's {t['us'] / 1e3:.3f} ms of GPU work"
-                + (f"; {left / 1e3:.3f} ms of it has no work counted" if left else "")
+                f"- {g['group']}: {r['trace']}: work from {source}, mean per step of {r['steps']} steps; the counted "
+                f"classes' floor is {t['floor_us'] / 1e3:.3f} ms of the step's {t['us'] / 1e3:.3f} ms of GPU work"
             )
         out += [f"  - {line}" for line in damage_lines(r)]
+        for reason, n in sorted(r["not_counted"].items(), key=lambda kv: -kv[1]["us"]):
+            out.append(f"  - not counted: {n['us'] / 1e3:.3f} ms per step, {n['kernels']:.0f} kernels: {reason}")
     notes = dict.fromkeys(n for _, r in shown for n in r["notes"])  # each note once, in order
-    return "\n".join(out + [""] + [f"Note: {n}." for n in notes]) + "\n"
+    return "\n".join(out + ([""] + [f"Note: {n}." for n in notes] if notes else [])) + "\n"
 
 
 def _rates_section(out, table):

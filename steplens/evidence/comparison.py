@@ -447,7 +447,7 @@ def group_roofline(evidence: dict[str, Any], builder: Any = None) -> dict[str, A
     the trace or the model's batch size cannot be read, a roofline with no classes and the reason."""
     if not evidence["traces"]:
         why = (
-            f"none of the run's {evidence['traces_recorded']} traces is on this machine"
+            f"the run's traces are not on this machine ({evidence['traces_recorded']} listed in its run.json)"
             if evidence["traces_recorded"]
             else "no trace of the run here (its run.json lists none, or was not read: -p reads no trace)"
         )

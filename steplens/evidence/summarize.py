@@ -397,9 +397,11 @@ def summarize_trace(
 def summarize_file(
     path: str, lanes: bool = False, input_scope: str | None = None, with_roofline: bool = False, model: Any = None
 ) -> dict[str, Any]:
-    """The evidence of one trace file (summarize_events). with_roofline: it also carries "roofline" (roofline.
-    roofline, model as it takes it), from the same read of the file: one pass, or two where events were
-    written twice, as without it."""
+    """The evidence of one trace file (summarize_events).
+
+    with_roofline: the evidence also carries "roofline", the roofline by kernel class (see roofline.roofline,
+    which takes model), made from the same read of the file: one pass, or two where events were written twice,
+    as without it."""
     if not with_roofline:
         return summarize_events(lambda: iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
     meta = {}

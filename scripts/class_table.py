@@ -69,9 +69,10 @@ def run_of(trace):
     return run if isinstance(run, dict) else {}
 
 
-def checked(trace):
-    """A trace's evidence; a trace damaged where its GPU events are read is refused, other damage is said."""
-    evidence = summarize.summarize_file(trace)
+def checked(trace, with_roofline=False, model=None):
+    """A trace's evidence (with its roofline, from the same read); a trace damaged where its GPU events are read
+    is refused, other damage is said."""
+    evidence = summarize.summarize_file(trace, with_roofline=with_roofline, model=model)
     if evidence["damage_withheld"]:
         raise TableError(f"{trace}: damaged where the classes are read: {evidence['damage_withheld']}")
     for line in damage_lines(evidence):
@@ -343,9 +344,10 @@ def main(argv=None):
         print(f"class_table.py: error: {e}", file=sys.stderr)
         return 2
     try:
-        rows = [classes_of(t, checked(t), run_of(t)) for t in args.traces]
         model = (lambda t: roofline.model_for(t, builder, None, None)) if builder else (lambda t: None)
-        rooflines = [roofline.roofline_section(t, model=model(t)) for t in args.traces] if args.roofline else []
+        evidences = [checked(t, args.roofline, model(t)) for t in args.traces]
+        rows = [classes_of(t, ev, run_of(t)) for t, ev in zip(args.traces, evidences)]
+        rooflines = [ev["roofline"] for ev in evidences] if args.roofline else []
     except (TableError, reader.TraceError, ValueError) as e:
         print(f"class_table.py: error: {e}", file=sys.stderr)
         return 1

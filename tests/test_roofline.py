@@ -1,5 +1,6 @@
 """evidence/work.py and evidence/roofline.py: each kernel class's work, its rate and how far from the GPU's limit."""
 
+import builtins
 import glob
 import gzip
 import json
@@ -11,7 +12,8 @@ import pytest
 from conftest import ROOT
 
 import train
-from steplens.evidence import flops, roofline, work
+from steplens.evidence import compare, flops, roofline, summarize, work
+from steplens.trace import reader
 
 H200 = "NVIDIA H200"
 STORED = sorted(
@@ -282,11 +284,85 @@ def test_every_gpu_with_a_compute_peak_has_its_memory_bandwidth_from_its_datashe
     assert flops.PEAKS[H200]["memory_tb_per_s"] == 4.8 and "4.8 TB/s" in flops.PEAKS[H200]["memory_source"]
 
 
-def test_the_gpu_name_is_read_from_the_trace_s_device_properties(tmp_path):
-    assert roofline.device_name(os.path.join(ROOT, EAGER_FULL)) == H200
-    bare = tmp_path / "bare.json"
-    bare.write_text(json.dumps({"traceEvents": [], "deviceProperties": [{"name": "late"}]}))
-    assert roofline.device_name(str(bare)) is None  # written after the events: not read
+def test_the_gpu_name_is_read_from_the_trace_s_device_properties_in_the_same_pass(tmp_path):
+    """iter_events keeps deviceProperties as the stream passes it, before or after the events."""
+    meta = {}
+    assert sum(1 for _ in reader.iter_events(os.path.join(ROOT, EAGER_FULL), meta=meta)) > 0
+    assert roofline.device_of(meta) == H200
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps({"traceEvents": [], "deviceProperties": [{"name": "late"}]}))
+    meta = {}
+    assert list(reader.iter_events(str(late), meta=meta)) == [] and roofline.device_of(meta) == "late"
+    assert roofline.device_of({}) is None and roofline.device_of({"deviceProperties": "x"}) is None
+
+
+def write_trace(path, events):
+    path.write_text(json.dumps({"deviceProperties": [{"name": H200}], "traceEvents": events}))
+    return str(path)
+
+
+def figures(r):
+    """A roofline's figures, without the trace's name and the reader's damage report."""
+    return {k: v for k, v in r.items() if k not in ("trace", "damage", "damage_withheld")}
+
+
+def test_a_kernel_and_an_operator_written_twice_give_the_clean_roofline_and_a_damage_line(tmp_path, capsys):
+    """The roofline reads as summarize does: the second copies are removed (operators too, in the second pass)
+    and one line says so; the figures equal the clean trace's."""
+    clean = made_eager_trace()
+    kernel = next(e for e in clean if e["name"] == "sm90_xmma_fprop_implicit_gemm_x")
+    op = next(e for e in clean if e["name"] == "aten::cudnn_batch_norm")
+    dup = write_trace(tmp_path / "dup.pt.trace.json", clean + [dict(kernel), dict(op)])
+    r, ref = roofline.roofline_section(dup), roofline.roofline_section(write_trace(tmp_path / "c.json", clean))
+    assert figures(r) == figures(ref) and r["classes"]["convolution forward"]["us"] == 40
+    assert [d["kind"] for d in r["damage"]] == ["duplicate"] and r["damage"][0]["count"] == 2
+    assert r["damage_withheld"] is None and r["null_reason"] is None
+    assert roofline.main([dup]) == 0
+    out = capsys.readouterr().out
+    assert "damaged: 2 complete events written twice (same name, track, start, duration and ids) (removed" in out
+    assert out.replace(out.splitlines()[1] + "\n", "", 1).replace(dup, "T") == roofline.format_roofline(
+        {**ref, "trace": "T"}
+    ), "the same table as the clean trace's, the damage line aside"
+
+
+def test_damage_to_a_gpu_event_withholds_the_roofline_with_the_reason(tmp_path, capsys):
+    """A kernel with a negative duration is skipped: its class would read too little time, so no roofline."""
+    events = made_eager_trace()
+    next(e for e in events if e["cat"] == "kernel")["dur"] = -1
+    path = write_trace(tmp_path / "bad.pt.trace.json", events)
+    r = roofline.roofline_section(path)
+    assert r["classes"] is None and r["null_reason"].startswith(roofline.WITHHELD), r["null_reason"]
+    assert "1 complete events with a negative dur" in r["null_reason"]
+    assert roofline.main([path]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("damaged: 1 complete events with a negative dur") and lines[2] == r["null_reason"]
+
+
+def test_summarize_roofline_reads_the_file_once_and_equals_steplens_roofline(tmp_path, monkeypatch, capsys):
+    """One open of the trace for the evidence, the GPU's name and the roofline; two where events were written
+    twice, as summarize needs without --roofline. The roofline is steplens roofline's; the damage line once."""
+    clean = write_trace(tmp_path / "clean.pt.trace.json", made_eager_trace())
+    dup = write_trace(tmp_path / "dup.pt.trace.json", made_eager_trace() + [made_eager_trace()[3]])
+    expected = {p: roofline.roofline_section(p) for p in (clean, dup)}
+    opened, real_open = [], builtins.open
+
+    def counting(file, *args, **kwargs):
+        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    for path, opens in ((clean, 1), (dup, 2)):
+        opened.clear()
+        ev = summarize.summarize_file(path, with_roofline=True)
+        assert opened.count(path) == opens, opened
+        assert ev["roofline"] == expected[path] and ev["roofline"]["gpu"] == H200
+        opened.clear()
+        assert summarize.summarize_file(path)["damage"] == ev["damage"] and opened.count(path) == opens
+    opened.clear()
+    assert summarize.main([dup, "--roofline"]) == 0
+    out = capsys.readouterr().out
+    assert opened.count(dup) == 2 and out.count("complete events written twice") == 1, out
+    assert roofline.format_roofline(expected[dup], damage=False) in out
 
 
 def test_the_next_try_gives_more_rounds_only_to_levers_whose_first_3_pairs_gain_2_percent(tmp_path):
@@ -335,3 +411,116 @@ def test_the_class_table_adds_each_class_s_share_of_its_limit_and_draws_it(tmp_p
     assert png.stat().st_size > 0
     refused = run(str(trace), "--model", "train:build_model")
     assert refused.returncode == 2 and "--roofline" in refused.stderr
+
+
+# --------------------------------------------------------------------------- compare's evidence section
+
+FACTS = {"env_host": "vm", "env_gpu": H200, "env_driver": "580", "env_torch": "2.11.0+cu130", "env_cuda": "13.0"}
+
+
+def offline_run(root, uuid, minute, settings, outputs, trace_events=None, trace_name="trace-cycle1.pt.trace.json"):
+    """An offline run folder; a profile run's run.json lists its trace at the path of the machine that wrote it
+    (/elsewhere/...), and the trace lies in the folder's outputs/traces unless trace_events is None."""
+    base = root / "runs" / uuid
+    (base / "outputs" / "traces").mkdir(parents=True)
+    plx = {"uuid": uuid, "name": uuid, "created_at": f"2026-12-05T10:{minute:02d}:00+00:00", "status": "succeeded"}
+    (base / "run.plx.json").write_text(json.dumps({**plx, "inputs": settings, "outputs": {**FACTS, **outputs}}))
+    if settings["mode"] == "profile":
+        cycles = [{"cycle": 1, "trace": f"/elsewhere/runs/{uuid}/outputs/traces/{trace_name}"}]
+        (base / "outputs" / "run.json").write_text(json.dumps({"settings": settings, "results": {"cycles": cycles}}))
+        if trace_events is not None:
+            write_trace(base / "outputs" / "traces" / trace_name, trace_events)
+
+
+def made_study(root, profile_events, **profile):
+    """Bench runs of workers 0 and 4 (two each) and one profile run of workers 0 with the given trace."""
+    for i in range(2):
+        for w, workers in enumerate((0, 4)):
+            settings = {"mode": "bench", "workers": workers, "batch_size": 8, "repeat": i}
+            offline_run(root, f"b{i}{w}", 2 * i + w, settings, {"samples_per_sec": 1000.0 + 100 * w + i})
+    settings = {"mode": "profile", "workers": 0, "batch_size": 8}
+    outputs = {"profiled_step_ms": 1.0, "gpu_idle_share": 0.1, "input_gap_share": 0.0}
+    offline_run(root, "p0", 30, settings, outputs, profile_events, **profile)
+    return root / "runs" / "p0" / "outputs" / "traces" / profile.get("trace_name", "trace-cycle1.pt.trace.json")
+
+
+def compared(root, out, *args):
+    assert compare.main(["--offline", str(root), "--out", str(out), *args]) == 0
+    groups = json.loads((out / "comparison.json").read_text())["tables"][0]["groups"]
+    return {g["group"]: g for g in groups}, (out / "comparison.md").read_text()
+
+
+def test_compare_shows_the_roofline_of_a_group_s_profile_trace(tmp_path, capsys):
+    """The made eager trace as the profile run of workers=0: the group's roofline is steplens roofline's on it,
+    each class's rate against its peak and its share of the limit; workers=4 has no profile run, so no line."""
+    trace = made_study(tmp_path / "offline", made_eager_trace())
+    groups, text = compared(tmp_path / "offline", tmp_path / "out")
+    r = groups["workers=0"]["evidence"]["roofline"]
+    assert figures(r) == figures(roofline.roofline_section(str(trace))) and r["gpu"] == H200
+    assert groups["workers=4"]["evidence"] is None
+    share = CONV_BYTES / 4.8e6 / 40
+    assert f"| convolution forward | {CONV_BYTES / 40e3:.3g} of 4,800 GB/s ({share:.1%}) |" in text, text
+    assert f"  - not counted: 0.008 ms per step, 1 kernels: {roofline.HOST_COPY}" in text, "each reason, as roofline's"
+    assert "| optimizer | - |" in text, "a class with no work counted"
+    assert f"Note: {roofline.BYTES_NOTE}." in text and "- workers=4" not in text.split("Roofline by kernel")[1]
+    capsys.readouterr()
+
+
+def test_compare_says_why_a_group_has_no_roofline(tmp_path, capsys):
+    """A CPU-only trace, a trace not on this machine, a graph trace without --model, a damaged trace: one line
+    each, with the reason the roofline gives elsewhere."""
+    cpu = [_x("ProfilerStep#1", "user_annotation", 0.0, 10.0), _op("aten::mm", 1, 2, [[2, 2], [2, 2]], [F, F])]
+    duplicated = made_eager_trace() + [made_eager_trace()[5]]
+    graph = [_x("ProfilerStep#1", "user_annotation", 0.0, 1000.0)]
+    graph += _launch(1, 10, "sm90_xmma_fprop_implicit_gemm_x", 100, 40, call="cudaGraphLaunch")
+    for name, events, words in (
+        ("cpu", cpu, "no roofline: no GPU events"),
+        ("absent", None, "no roofline: the run's traces are not on this machine (1 listed in its run.json)"),
+        ("graph", graph, "no roofline: no work counted (launched by a CUDA graph replay"),
+        ("dup", duplicated, "damaged: 1 complete events written twice"),
+    ):
+        made_study(tmp_path / name, events)
+        groups, text = compared(tmp_path / name, tmp_path / f"out-{name}")
+        section = text.split("Roofline by kernel class")[1]
+        assert words in section, (name, section)
+        r = groups["workers=0"]["evidence"]["roofline"]
+        assert (r["classes"] is None or r["null_reason"] is not None) == (name != "dup"), name
+    capsys.readouterr()
+
+
+def test_compare_refuses_a_bad_model_in_one_line(tmp_path, capsys):
+    made_study(tmp_path / "offline", made_eager_trace())
+    assert compare.main(["--offline", str(tmp_path / "offline"), "--out", str(tmp_path / "o"), "--model", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "MODULE:FUNCTION" in err and not (tmp_path / "o").exists()
+
+
+def test_compare_s_roofline_on_the_stored_h200_runs_equals_steplens_roofline(tmp_path, monkeypatch, capsys):
+    """results/h200-warmup: batch 128 and 256 have a lean profile run with its CUDA-graph trace. compare
+    --model train:build_model gives each the roofline steplens roofline --model gives the same trace, and its
+    table shows the same share of the limit per class."""
+    monkeypatch.chdir(ROOT)
+    runs = os.path.join("results", "h200-warmup", "offline", "runs")
+    cycle = os.path.join("outputs", "traces", "trace-cycle1-steps2-4.pt.trace.json.gz")
+    traces = {
+        g: glob.glob(os.path.join(runs, u + "*", cycle))[0]
+        for g, u in (("batch_size=128", "800f5572"), ("batch_size=256", "ea5ded09"))
+    }
+    groups, text = compared(
+        os.path.join("results", "h200-warmup", "offline"), tmp_path, "--per-host", "--model", "train:build_model"
+    )
+    capsys.readouterr()
+    assert roofline.main([*traces.values(), "--model", "train:build_model", "--json"]) == 0
+    alone = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    section = text.split("Roofline by kernel class")[1]
+    for (group, trace), r in zip(traces.items(), alone):
+        mine = groups[group]["evidence"]["roofline"]
+        assert mine["trace"] == trace == r["trace"] and figures(mine) == figures(r), group
+        assert mine["source"] == "model" and sum(c["of_limit"] is not None for c in mine["classes"].values()) >= 6
+    for cls in ("convolution forward", "batch-norm", "optimizer"):
+        row = next(line for line in section.splitlines() if line.startswith(f"| {cls} |"))
+        assert [f"({r['classes'][cls]['of_limit']:.1%})" in cell for r, cell in zip(alone, row.split(" | ")[1:])] == [
+            True,
+            True,
+        ], row
+    assert "batch_size=512" not in section, "no profile run of batch 512 in this study: no roofline line"

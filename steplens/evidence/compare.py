@@ -3,8 +3,11 @@
     steplens compare --offline .polyaxon-offline --out results/local --baseline workers=4
     steplens compare -p YOUR_PROJECT [-q 'tags:study1'] --out comparison --baseline workers=4
     steplens compare -p YOUR_PROJECT --limit 200 --out comparison     # the newest 200 runs only
+    steplens compare --offline ROOT --out DIR --model train:build_model   # CUDA-graph profile traces' roofline too
 
 Every run the query matches is read, page by page, and a line says how many (docs/COMPARE.md#many-runs).
+Each group's profile trace also gives its roofline by kernel class: docs/COMPARE.md, the roofline of each
+group's profile trace.
 The design, the groups and the statistics: docs/COMPARE.md."""
 
 import argparse
@@ -17,8 +20,18 @@ import sys
 import textwrap
 from typing import Any
 
-from steplens.evidence.comparison import LOSS_FLOOR, LOSS_TOLERANCE, LOSS_WORSE, NO_FLOPS, compare_records
+from steplens.evidence.comparison import (
+    LOSS_FLOOR,
+    LOSS_TOLERANCE,
+    LOSS_WORSE,
+    NO_FLOPS,
+    add_rooflines,
+    compare_records,
+)
+from steplens.evidence.formatting import damage_lines
+from steplens.evidence.roofline import NO_CLASS_WORK, load_builder
 from steplens.evidence.runs import DOWNLOADS, PAGE_SIZE, CompareError, gather_offline, gather_polyaxon, read_line
+from steplens.trace.kernels import CLASSES
 
 
 def fmt_loss(loss: dict[str, Any] | None) -> str:
@@ -66,6 +79,58 @@ def kernel_class_lines(groups: list[dict[str, Any]]) -> str:
         "\nGPU time by kernel class in the GPU-bound groups (largest three, share of the GPU work a step "
         "launches; steplens/trace/kernels.py):\n\n" + "\n".join(lines) + "\n"
     )
+
+
+def roofline_cell(c: dict[str, Any] | None) -> str:
+    """One class of one group: the achieved rate against the peak that binds it, and the share of that limit
+    (roofline.limit_row's figures); '-' where no work was counted, else n/a with the reason."""
+    if c is None or c["null_reason"] == NO_CLASS_WORK:
+        return "-"
+    if c["of_limit"] is None:
+        return f"n/a ({c['null_reason']})"
+    if c["limit"] == "compute":
+        v = c["achieved_tflops"]
+        rate = f"{v:,.1f}" if v >= 10 else f"{v:.3g}"
+        rate += f" of {c['peak_tflops']:g} TFLOP/s {c['precision']}"
+    else:
+        v = c["achieved_gbps"]
+        rate = (f"{v:,.0f}" if v >= 100 else f"{v:.3g}") + f" of {c['peak_gbps']:,.0f} GB/s"
+    share = c["of_limit"]
+    return f"{rate} ({share:.1%})" if share >= 0.001 else f"{rate} ({share * 100:.2g}%)"
+
+
+def roofline_lines(groups: list[dict[str, Any]]) -> str:
+    """The roofline by kernel class of each group's profile trace: a row a class, a column a group with one;
+    then, per group, its trace and where its work came from, or why it has none; the notes once."""
+    found = [(g, g["evidence"]["roofline"]) for g in groups if g["evidence"].get("roofline")]
+    if not found:
+        return ""
+    shown = [(g, r) for g, r in found if r["classes"] is not None and not r["null_reason"]]
+    out = [
+        "\nRoofline by kernel class (the profile run's trace, as steplens roofline reads it; per step, each class's "
+        "achieved rate against the peak that binds it, and the share of that limit; "
+        "docs/EVIDENCE.md#the-roofline-by-kernel-class):\n"
+    ]
+    if shown:
+        classes = [c for c in CLASSES if any(r["classes"].get(c) for _, r in shown)]
+        out.append("| class | " + " | ".join(g["group"] for g, _ in shown) + " |")
+        out.append("|---" * (len(shown) + 1) + "|")
+        out += [f"| {c} | " + " | ".join(roofline_cell(r["classes"].get(c)) for _, r in shown) + " |" for c in classes]
+        out.append("")
+    for g, r in found:
+        if r["classes"] is None or r["null_reason"]:
+            out.append(f"- {g['group']}: {r['null_reason']}")
+        else:
+            t, source = r["total"], "the trace's operators" if r["source"] == "operators" else "the model's layers"
+            out.append(
+                f"- {g['group']}: {r['trace']}: work from {source}, mean per step of {r['steps']} steps; the counted "
+                f"classes' floor is {t['floor_us'] / 1e3:.3f} ms of the step's {t['us'] / 1e3:.3f} ms of GPU work"
+            )
+        out += [f"  - {line}" for line in damage_lines(r)]
+        for reason, n in sorted(r["not_counted"].items(), key=lambda kv: -kv[1]["us"]):
+            out.append(f"  - not counted: {n['us'] / 1e3:.3f} ms per step, {n['kernels']:.0f} kernels: {reason}")
+    notes = dict.fromkeys(n for _, r in shown for n in r["notes"])  # each note once, in order
+    return "\n".join(out + ([""] + [f"Note: {n}." for n in notes] if notes else [])) + "\n"
 
 
 def _rates_section(out, table):
@@ -207,6 +272,7 @@ def _evidence_section(out, table, links_from):
                     + "\n"
                 )
         out.write(kernel_class_lines(evidence))
+        out.write(roofline_lines(evidence))
         first, last = table["groups"][0], max(table["groups"], key=lambda g: g["median"])
         if first["evidence"] and last["evidence"] and first is not last:
             a, b = first["evidence"], last["evidence"]
@@ -520,6 +586,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the smallest excess over the baseline's final loss that counts as worse, for losses "
         f"near zero (default: {LOSS_FLOOR})",
     )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="for the roofline of CUDA-graph profile traces, whose trace has no operators: the function that "
+        "builds the model, imported from the current folder (the companion's: train:build_model) (default: none; "
+        "such traces get no roofline, and a line says why)",
+    )
     p.add_argument("--out", default="comparison", help="folder for comparison.md/.csv/.json/.png (default: comparison)")
     p.add_argument(
         "--limit",
@@ -557,6 +631,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        builder = load_builder(args.model) if args.model else None
+    except ValueError as e:
+        print(f"steplens compare: error: {e}", file=sys.stderr)
+        return 2
+    try:
         if args.offline:
             records, read = gather_offline(args.offline, args.limit)
         else:
@@ -568,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             loss_tolerance=args.loss_tolerance,
             loss_floor=args.loss_floor,
         )
+        add_rooflines(result, builder)
     except CompareError as e:
         print(f"steplens compare: error: {e}", file=sys.stderr)
         return 1

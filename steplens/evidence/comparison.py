@@ -5,8 +5,10 @@ import math
 import statistics
 from typing import Any
 
+from steplens.evidence import roofline
 from steplens.evidence.runs import MACHINE, MACHINE_IDS, CompareError
 from steplens.stats import ALPHA, pairs_needed, sign_test, significance
+from steplens.trace.reader import TraceError
 
 LOSS_TOLERANCE, LOSS_FLOOR = 0.10, 0.05  # worse: final loss > baseline + max(0.10 x baseline, 0.05)
 IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_detail"}
@@ -482,4 +484,33 @@ def matching_evidence(
         "pictures": r.get("pictures") or [],
         "verdict_stage": r["outputs"].get("verdict_stage"),
         "gpu_top_classes": r.get("gpu_top_classes"),
+        "traces": r.get("traces") or [],
+        "traces_recorded": r.get("traces_recorded") or 0,
     }
+
+
+def group_roofline(evidence: dict[str, Any], builder: Any = None) -> dict[str, Any]:
+    """The roofline by kernel class (roofline.roofline_section) of a group's profile run: its first trace found on
+    this machine; builder: the model's (MODULE:FUNCTION, loaded) for CUDA-graph steps. Where there is none, or
+    the trace or the model's batch size cannot be read, a roofline with no classes and the reason."""
+    if not evidence["traces"]:
+        why = (
+            f"the run's traces are not on this machine ({evidence['traces_recorded']} listed in its run.json)"
+            if evidence["traces_recorded"]
+            else "no trace of the run here (its run.json lists none, or was not read: -p reads no trace)"
+        )
+        return roofline.absent(None, f"no roofline: {why}")
+    path = evidence["traces"][0]
+    try:
+        model = roofline.model_for(path, builder, None, None) if builder else None
+        return roofline.roofline_section(path, model=model)
+    except (TraceError, ValueError) as e:
+        return roofline.absent(path, f"no roofline: {e}")
+
+
+def add_rooflines(result: dict[str, Any], builder: Any = None) -> None:
+    """Each group's evidence, where a profile run stands beside the group, gets its "roofline" (group_roofline)."""
+    for table in result["tables"]:
+        for g in table["groups"]:
+            if g["evidence"]:
+                g["evidence"]["roofline"] = group_roofline(g["evidence"], builder)

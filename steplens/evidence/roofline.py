@@ -11,21 +11,21 @@ peaks (flops.PEAKS), the limit that binds and the share of it the class reaches.
 docs/EVIDENCE.md#the-roofline-by-kernel-class."""
 
 import argparse
-import gzip
 import importlib
 import json
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.evidence import work
 from steplens.evidence.attribution import NO_GPU, attribute
 from steplens.evidence.flops import PEAKS
+from steplens.evidence.formatting import damage_lines
 from steplens.trace import kernels
 from steplens.trace.reader import TraceError, iter_events
-from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, Trace, extract
+from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, Tap, Trace, read
 
 BYTES_NOTE = (
     "bytes are a lower bound (each tensor read or written once): the GB/s and the share of the memory limit "
@@ -37,6 +37,7 @@ NO_LAUNCH = "no launch call in the trace"
 HOST_COPY = "a copy to or from the host: bound by the host link, not the GPU's memory"
 NO_WORK = "no work counted"
 NO_CLASS_WORK = "no work counted for this class"
+WITHHELD = "no roofline: the trace is damaged where the kernel classes are read"
 MODEL_TIME = (
     "the work comes from the model's layers; each class's time is all of its kernels in the step, some of them "
     "outside the model (the GPU-side input pipeline, for one): the achieved rates are lower bounds"
@@ -44,33 +45,27 @@ MODEL_TIME = (
 
 
 class Operators:
-    """The cpu_ops and launch calls of a trace, kept as its events stream past (watch), to link each kernel
-    to the operator that launched it: the innermost cpu_op around the launch call, on the launch's thread."""
+    """The cpu_ops and launch calls of a trace, kept in the pass that reads its timeline (timeline.read's tap),
+    to link each kernel to the operator that launched it: the innermost cpu_op around the launch call, on the
+    launch's thread."""
 
     def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> Tap:
+        """Forget what an earlier pass kept (a second pass reads the trace without its duplicates); returns keep."""
         self.ops = defaultdict(list)  # (pid, tid): [(start, end, OpCall)]
         self.launches = {}  # correlation id: (pid, tid, start, end, name)
+        return self.keep
 
-    def watch(self, events: Iterable[Any]) -> Iterator[Any]:
-        """The events unchanged; cpu_ops and launch calls are kept on the way."""
-        for ev in events:
-            if (
-                isinstance(ev, dict)
-                and ev.get("ph") == "X"
-                and ev.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver")
-            ):
-                self._keep(ev)
-            yield ev
-
-    def _keep(self, ev):
-        try:
-            s = float(ev["ts"])
-            e = s + float(ev.get("dur", 0))
-        except (KeyError, TypeError, ValueError):
+    def keep(self, ev: dict[str, Any], start: float, dur: float) -> None:
+        """Keep one complete event the reader kept, if it is a cpu_op or a launch call."""
+        cat = ev.get("cat")
+        if cat not in ("cpu_op", "cuda_runtime", "cuda_driver"):
             return
         args = ev.get("args") or {}
         where = (ev.get("pid"), ev.get("tid"))
-        if ev["cat"] == "cpu_op":
+        if cat == "cpu_op":
             op = work.OpCall(
                 str(ev.get("name", "")),
                 args.get("Input Dims") or [],
@@ -78,9 +73,9 @@ class Operators:
                 args.get("Input Strides") or [],
                 args.get("Concrete Inputs") or [],
             )
-            self.ops[where].append((s, e, op))
+            self.ops[where].append((start, start + dur, op))
         elif args.get("correlation") is not None:
-            self.launches[args["correlation"]] = (*where, s, e, ev.get("name", ""))
+            self.launches[args["correlation"]] = (*where, start, start + dur, ev.get("name", ""))
 
     def launchers(self) -> dict[Any, tuple[str, tuple | None]]:
         """{correlation id: (launch call name, (op index, OpCall) or None)}: the innermost enclosing cpu_op."""
@@ -103,22 +98,19 @@ class Operators:
         return out
 
 
-def device_name(path: str) -> str | None:
-    """The GPU's name from the trace's deviceProperties (written before traceEvents), or None."""
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            head = f.read(1 << 20)
-    except (OSError, EOFError, UnicodeDecodeError):
-        return None
-    at, events = head.find('"deviceProperties"'), head.find('"traceEvents"')
-    if at < 0 or (0 <= events < at):
-        return None
-    try:
-        props, _ = json.JSONDecoder().raw_decode(head, head.index("[", at))
-        return props[0].get("name") if props and isinstance(props[0], dict) else None
-    except (ValueError, IndexError, AttributeError):
-        return None
+def read_with_operators(open_events: Callable[[], Iterable[Any]]) -> tuple[Trace, Operators]:
+    """A trace's timeline read as summarize reads it (timeline.read: damage counted, events written twice
+    removed in a second pass), and its operators and launch calls kept in the same pass."""
+    ops = Operators()
+    return read(open_events, ops.restart), ops
+
+
+def device_of(meta: dict[str, Any]) -> str | None:
+    """The GPU's name from a trace's deviceProperties (iter_events' meta), or None."""
+    props = meta.get("deviceProperties")
+    first = props[0] if isinstance(props, list) and props else None
+    name = first.get("name") if isinstance(first, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _window(t):
@@ -266,16 +258,27 @@ def limit_row(
     return row
 
 
+def absent(name: str | None, reason: str | None) -> dict[str, Any]:
+    """A roofline in roofline's shape with no classes (yet), null_reason saying why."""
+    out = {"trace": name, "gpu": None, "source": None, "steps": None, "peaks": None, "classes": None}
+    out.update(total=None, not_counted={}, notes=[], null_reason=reason, damage=[], damage_withheld=None)
+    return out
+
+
 def roofline(t: Trace, ops: Operators, gpu: str | None, model: Any = None, name: str = "trace") -> dict[str, Any]:
     """The roofline of a trace's steps, per step (docs/EVIDENCE.md#the-roofline-by-kernel-class).
 
     model: the model's work (work.model_work's dict, or a function of no argument that returns it), used where
     the steps are CUDA-graph replays; without it their kernels are counted apart. Returns {"trace", "gpu",
     "source" ("operators" or "model"), "steps", "peaks", "classes": {class: limit_row + "kernels"}, "total",
-    "not_counted": {reason: {"kernels", "us"}} per step, "notes", "null_reason"}; on a trace without GPU
-    events, classes is null and null_reason says why."""
-    out = {"trace": name, "gpu": gpu, "source": None, "steps": len(t.steps), "peaks": None, "classes": None}
-    out.update(total=None, not_counted={}, notes=[], null_reason=None)
+    "not_counted": {reason: {"kernels", "us"}} per step, "notes", "null_reason", "damage" (the reader's, as
+    summarize reports it), "damage_withheld"}; on a trace without GPU events, or one damaged where the classes
+    are read (a step, a launch or a GPU event: Damage.withheld), classes is null and null_reason says why."""
+    out = absent(name, None)
+    out.update(gpu=gpu, steps=len(t.steps), damage=t.damage.report(), damage_withheld=t.damage.withheld())
+    if out["damage_withheld"]:
+        out["null_reason"] = f"{WITHHELD}: {out['damage_withheld']}"
+        return out
     if not t.gpu:
         out["null_reason"] = f"no roofline: {NO_GPU}"
         return out
@@ -321,13 +324,16 @@ def roofline(t: Trace, ops: Operators, gpu: str | None, model: Any = None, name:
 def roofline_section(
     source: str | Iterable[Any], gpu: str | None = None, model: Any = None, name: str | None = None
 ) -> dict[str, Any]:
-    """The roofline of one trace, as summarize's evidence can carry it: source is a trace's path (its GPU read
-    from the trace's deviceProperties unless gpu is given) or its events. See roofline for what it returns."""
-    ops = Operators()
+    """The roofline of one trace: source is a trace's path (its GPU read from the trace's deviceProperties unless
+    gpu is given) or its events. The trace is read as summarize reads it (read_with_operators). See roofline for
+    what it returns."""
     if isinstance(source, str):
-        gpu = gpu or device_name(source)
-        name, source = name or source, iter_events(source)
-    t = extract(ops.watch(source))
+        meta, path = {}, source
+        t, ops = read_with_operators(lambda: iter_events(path, meta=meta))
+        gpu, name = gpu or device_of(meta), name or path
+    else:
+        events = source if isinstance(source, (list, tuple)) else list(source)
+        t, ops = read_with_operators(lambda: events)
     return roofline(t, ops, gpu, model, name or "trace")
 
 
@@ -349,14 +355,15 @@ COLUMNS = [  # header, getter, format
 ]
 
 
-def format_roofline(r: dict[str, Any]) -> str:
-    """The roofline of one trace as a text table, its peaks, and what was not counted and why."""
-    head = f"roofline by kernel class: {r['trace']}"
+def format_roofline(r: dict[str, Any], damage: bool = True) -> str:
+    """The roofline of one trace as a text table, its peaks, and what was not counted and why; damage: with
+    a line per kind of damage the reader found (summarize prints its own)."""
+    head = [f"roofline by kernel class: {r['trace']}"] + (damage_lines(r) if damage else [])
     if r["classes"] is None or r["null_reason"]:
-        return f"{head}\n{r['null_reason']}\n"
+        return "\n".join(head + [r["null_reason"]]) + "\n"
     p = r["peaks"]
     source = "the trace's operators and their shapes" if r["source"] == "operators" else "the model's layers"
-    lines = [head, f"work from {source}; mean per step of {r['steps']} steps"]
+    lines = head + [f"work from {source}; mean per step of {r['steps']} steps"]
     if p:
         lines.append(
             f"{r['gpu']} ({p['model']}): dense bf16 {p['bf16']}, tf32 {p['tf32']}, fp32 {p['fp32']} TFLOP/s; "

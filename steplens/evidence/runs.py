@@ -57,6 +57,8 @@ def record_from(
     """
     run_json = run_json or {}
     outputs = dict(outputs or {})
+    cycles = [c for c in (run_json.get("results") or {}).get("cycles") or [] if isinstance(c, dict)]
+    recorded = [c["trace"] for c in cycles if isinstance(c.get("trace"), str)]
     for new, old in OLD_NAMES.items():
         if outputs.get(new) is None and outputs.get(old) is not None:
             outputs[new] = outputs[old]
@@ -96,15 +98,10 @@ def record_from(
         "window_restarts": outputs.get(
             "epoch_restarts_in_window", (run_json.get("results") or {}).get("epoch_restarts_in_window")
         ),
-        "pictures": [
-            p
-            for p in (
-                recorded_file(c["picture"], base)
-                for c in (run_json.get("results") or {}).get("cycles") or []
-                if c.get("picture")
-            )
-            if p
-        ],
+        "pictures": [p for p in (recorded_file(c["picture"], base) for c in cycles if c.get("picture")) if p],
+        # the profile's traces in cycle order, those found on this machine (the roofline reads them)
+        "traces": [p for p in (recorded_file(t, base) for t in recorded) if p],
+        "traces_recorded": len(recorded),
         # GPU time by kernel class (diagnosis.headline), recorded in run.json by profile runs that have it
         "gpu_top_classes": outputs.get("gpu_top_classes")
         or ((run_json.get("results") or {}).get("evidence") or {}).get("gpu_top_classes"),

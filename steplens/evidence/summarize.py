@@ -36,7 +36,7 @@ from steplens.evidence.attribution import (
 )
 from steplens.evidence.diagnosis import verdict
 from steplens.evidence.formatting import format_table
-from steplens.evidence.roofline import format_roofline, roofline_section
+from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
 from steplens.scopes import SCOPES
 from steplens.trace import memory
 from steplens.trace.intervals import intersect, total, union
@@ -331,18 +331,30 @@ def summarize_events(
     events: a list, or a function that returns a fresh stream of them (a trace with events written twice is
     read twice, the second time without the second copies).
     """
-    # 1) read the timeline (checking it for damage) and attribute each GPU event to the step that launched it
     if not callable(events):
         events = events if isinstance(events, (list, tuple)) else list(events)
         t = read(lambda: events)
     else:
         t = read(events)
+    return summarize_trace(t, name, lanes, input_scope)
+
+
+def need_steps(t: Trace, name: str) -> None:
+    """Raise TraceError where the trace has no ProfilerStep#N slice, naming any damage that may have cost them."""
     if not t.steps:
         damaged = "; ".join(f"{d['count']} {d['what']}" for d in t.damage.report())
         raise TraceError(
             f"{name}: no ProfilerStep#N slices: was it written by torch.profiler with a schedule?"
             + (f" (the trace is damaged: {damaged})" if damaged else "")
         )
+
+
+def summarize_trace(
+    t: Trace, name: str = "trace", lanes: bool = False, input_scope: str | None = None
+) -> dict[str, Any]:
+    """The evidence of a trace's timeline (timeline.read's); see summarize_events."""
+    # 1) the timeline was read (checked for damage); attribute each GPU event to the step that launched it
+    need_steps(t, name)
     r = _Reading(t, input_scope)
     evidence = trace_header(r, name)
     if not t.gpu:
@@ -382,8 +394,23 @@ def summarize_events(
     return evidence
 
 
-def summarize_file(path: str, lanes: bool = False, input_scope: str | None = None) -> dict[str, Any]:
-    return summarize_events(lambda: iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
+def summarize_file(
+    path: str, lanes: bool = False, input_scope: str | None = None, with_roofline: bool = False, model: Any = None
+) -> dict[str, Any]:
+    """The evidence of one trace file (summarize_events).
+
+    with_roofline: the evidence also carries "roofline", the roofline by kernel class (see roofline.roofline,
+    which takes model), made from the same read of the file: one pass, or two where events were written twice,
+    as without it."""
+    if not with_roofline:
+        return summarize_events(lambda: iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
+    meta = {}
+    t, ops = read_with_operators(lambda: iter_events(path, meta=meta))
+    need_steps(t, path)
+    found = roofline(t, ops, device_of(meta), model, path)  # before summarize adds the memory events' damage
+    evidence = summarize_trace(t, path, lanes, input_scope)
+    evidence["roofline"] = found
+    return evidence
 
 
 def add_reading_options(p: argparse.ArgumentParser) -> None:
@@ -405,16 +432,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--roofline",
         action="store_true",
-        help="add each kernel class's work, achieved rate and share of the GPU's limit (steplens roofline: "
-        "reads the trace a second time, keeping its operators)",
+        help="add each kernel class's work, achieved rate and share of the GPU's limit (steplens roofline), "
+        "from the same read of the trace",
     )
     add_reading_options(p)
     args = p.parse_args(argv)
     try:
-        evidences = [summarize_file(t, input_scope=args.input_scope) for t in args.traces]
-        if args.roofline:
-            for path, ev in zip(args.traces, evidences):
-                ev["roofline"] = roofline_section(path)
+        evidences = [summarize_file(t, input_scope=args.input_scope, with_roofline=args.roofline) for t in args.traces]
     except TraceError as e:
         print(f"steplens summarize: error: {e}", file=sys.stderr)
         return 1
@@ -424,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(format_table(evidences))
         for ev in evidences if args.roofline else []:
-            sys.stdout.write(format_roofline(ev["roofline"]))
+            sys.stdout.write(format_roofline(ev["roofline"], damage=False))
     return 0
 
 

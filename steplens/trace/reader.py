@@ -82,8 +82,15 @@ class _Stream:
             self.pos += 1
 
 
-def iter_events(path: str, chunk: int = 1 << 20) -> Iterator[Any]:
-    """The trace's events one by one, from a {"traceEvents": [...], ...} object or a bare array."""
+# The top-level values kept beside the events when asked (iter_events' meta): small, and read by the roofline.
+META_KEYS = ("deviceProperties",)
+
+
+def iter_events(path: str, chunk: int = 1 << 20, meta: dict[str, Any] | None = None) -> Iterator[Any]:
+    """The trace's events one by one, from a {"traceEvents": [...], ...} object or a bare array.
+
+    meta: where given, the top-level values named in META_KEYS are stored in it as the stream passes them,
+    wherever they stand in the file; every other top-level value is skipped."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -102,8 +109,10 @@ def iter_events(path: str, chunk: int = 1 << 20) -> Iterator[Any]:
                 if key == "traceEvents" and stream.char() == "[":
                     found = True
                     yield from stream.array()
+                elif meta is not None and key in META_KEYS:
+                    meta[key] = stream.value()
                 else:
-                    stream.value()  # metadata (deviceProperties, baseTimeNanoseconds, ...): not needed
+                    stream.value()  # metadata (baseTimeNanoseconds, ...): not needed
                 if stream.char() == ",":
                     stream.pos += 1
             if not found:

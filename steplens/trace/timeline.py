@@ -82,8 +82,15 @@ class Trace:
         self.memory = memory.Memory()
 
 
-def extract(events: Iterable[Any], skip: damage.Skip | None = None, keys: array | None = None) -> Trace:
-    """One pass over the events (a list or a stream), keeping only compact tuples; damage counted in t.damage."""
+Tap = Callable[[dict[str, Any], float, float], None]  # given each complete event kept: (event, start, duration)
+
+
+def extract(
+    events: Iterable[Any], skip: damage.Skip | None = None, keys: array | None = None, tap: Tap | None = None
+) -> Trace:
+    """One pass over the events (a list or a stream), keeping only compact tuples; damage counted in t.damage.
+    tap: given every complete event the reader keeps (readable, not a second copy), for what else a caller
+    keeps from the same pass (the roofline's operators)."""
     t = Trace()
     names = {}  # one string object per distinct name
     scopes = set(SCOPES)
@@ -91,6 +98,8 @@ def extract(events: Iterable[Any], skip: damage.Skip | None = None, keys: array 
     for index, ev, s, dur in damage.readable(memory.tap(events, t.memory), t.damage, skip, keys):
         e = s + dur
         t.complete.add_event(index, ev)
+        if tap is not None:
+            tap(ev, s, dur)
         cat = ev.get("cat", "")
         if cat in CPU_SLICE_CATS:
             starts, ends = t.threads[(ev.get("pid"), ev.get("tid"))]
@@ -135,14 +144,16 @@ def extract(events: Iterable[Any], skip: damage.Skip | None = None, keys: array 
     return t
 
 
-def read(open_events: Callable[[], Iterable[Any]]) -> Trace:
-    """The timeline of a trace that can be read twice: a second pass removes events written twice."""
+def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None = None) -> Trace:
+    """The timeline of a trace that can be read twice: a second pass removes events written twice.
+    tap: called at the start of each pass, it returns the Tap that pass gives its kept events to (see extract):
+    a second pass starts afresh."""
     keys = array("q")
-    t = extract(open_events(), keys=keys)
+    t = extract(open_events(), keys=keys, tap=tap() if tap else None)
     twice = damage.repeated(keys)
     del keys
     if twice:
-        t = extract(open_events(), skip=damage.Skip(twice))
+        t = extract(open_events(), skip=damage.Skip(twice), tap=tap() if tap else None)
     return t
 
 

@@ -21,3 +21,28 @@ def managed_identity() -> dict[str, str]:
     if len(parts) == 4 and parts[2] == "runs":
         return {"owner": parts[0], "project": parts[1], "run_uuid": parts[3]}
     return {}
+
+
+def namespace() -> str:
+    """The Kubernetes namespace of this job: Polyaxon's converter sets POLYAXON_K8S_NAMESPACE in every job's pod,
+    from the pod's own metadata. Outside a cluster "default": the local viewer's streams service takes any."""
+    return os.environ.get("POLYAXON_K8S_NAMESPACE") or "default"
+
+
+def artifact_url(owner: str, project: str, run_uuid: str, path: str, namespace: str) -> str:
+    """The URL path, on Polyaxon's own host, where its streams service serves one file of a run.
+
+    path is relative to the run's folder (e.g. "outputs/traces/x.png"). The URL is relative to the host
+    (it starts with /streams), so a readme that holds it works behind any host name or proxy.
+    ValueError for an absolute path, a path that leaves the run's folder, or an empty part.
+    """
+    from urllib.parse import quote
+
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"not a path inside the run's folder: {path!r}")
+    for name, value in (("namespace", namespace), ("owner", owner), ("project", project), ("run uuid", run_uuid)):
+        if not value or "/" in value:
+            raise ValueError(f"bad {name} for a streams URL: {value!r}")
+    head = "/".join(quote(v, safe="") for v in (namespace, owner, project))
+    return f"/streams/v1/{head}/runs/{quote(run_uuid, safe='')}/ro_artifact/{quote('/'.join(parts), safe='/')}"

@@ -232,6 +232,16 @@ def test_kubernetes_pod_has_image_workdir_resources_and_shm():
     assert train_argv(main["args"][0])[:4] == ["--mode", "bench", "--workers", "4"]
 
 
+def test_the_job_s_pod_tells_its_namespace_and_run():
+    """The main container reads its namespace (POLYAXON_K8S_NAMESPACE, from the pod's own metadata) and its run
+    (POLYAXON_RUN_INSTANCE): the readme's image URLs are built from them."""
+    resource, run_uuid = kubernetes_pod({"mode": "profile"})
+    main = next(c for c in resource["batchJobSpec"]["template"]["spec"]["containers"] if c["name"] == "polyaxon-main")
+    env = {e["name"]: e for e in main["env"]}
+    assert env["POLYAXON_K8S_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", env
+    assert env["POLYAXON_RUN_INSTANCE"]["value"] == f"acme.profiling.runs.{run_uuid}", env
+
+
 def test_alternating_operation_runs_bench_jobs_0_4_0_4_one_at_a_time():
     """bench-alternating.yaml: a valid operation whose mapping alternates workers, tagged by repeat."""
     from polyaxon_support import quiet

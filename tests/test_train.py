@@ -515,7 +515,7 @@ class FlakyTracking:
         import types
 
         self.out_dir, self.failures, self.calls, self.ended = str(out_dir), failures, 0, False
-        self.TRACKING_RUN = types.SimpleNamespace(run_uuid="u" * 32)
+        self.TRACKING_RUN = types.SimpleNamespace(run_uuid="u" * 32, owner="default", project="p")
 
     def get_outputs_path(self):
         return self.out_dir

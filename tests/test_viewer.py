@@ -14,6 +14,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import viewer_screenshots  # noqa: E402
 from viewer_screenshots import OWNER, PROJECT, Browser, Viewer  # noqa: E402
 
+from steplens.polyaxonenv import artifact_url, namespace  # noqa: E402
+
 RECORD = os.path.join("projects", PROJECT, "project.plx.json")
 
 
@@ -177,6 +179,37 @@ def test_a_run_s_page_shows_its_readme_verdict(viewer, profile_run):
     assert "Add a Readme" not in text
 
 
+def png_width(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">I", head[16:20])[0]
+
+
+def test_a_run_s_readme_shows_its_step_pictures_in_the_ui(viewer, profile_run, tmp_path):
+    """Chromium renders the profile run's page: each step picture its readme names as an image loads from the
+    viewer's streams service, at the width of the PNG file; a missing file's image would read 0 in that page."""
+    results = read_json(os.path.join(profile_run["outputs"], "run.json"))["results"]
+    uuid = profile_run["uuid"]
+    pictures = [c["picture"] for c in results["cycles"]]
+    expected = [
+        artifact_url(OWNER, PROJECT, uuid, "outputs/" + os.path.relpath(p, profile_run["outputs"]), "default")
+        for p in pictures
+    ]
+    chromium = browser()
+    widths = viewer_screenshots.readme_images(viewer, uuid, chromium, str(tmp_path / "readme.png"))
+    assert list(widths) == expected, widths
+    assert list(widths.values()) == [png_width(p) for p in pictures], widths
+    assert png_width(tmp_path / "readme.png") > 0
+    missing = expected[0].replace("picture-cycle1", "no-such-picture")
+    with chromium.devtools(viewer.page(uuid)) as page:
+        width = page.evaluate(
+            "new Promise((done) => { const i = new Image(); i.onload = i.onerror = () => done(i.naturalWidth); "
+            f"i.src = {json.dumps(missing)}; }})"
+        )
+    assert width == 0, f"an image of a missing file loaded ({width} pixels wide): the check above proves nothing"
+
+
 def test_the_screenshot_tool_shoots_the_runs_page_and_a_run_s_page(viewer_root, profile_run, tmp_path):
     browser()  # skips where Chromium is missing
     assert viewer_screenshots.main([str(viewer_root), str(tmp_path), profile_run["uuid"]]) == 0
@@ -222,6 +255,75 @@ def test_the_readme_of_a_stored_h200_profile_run():
     assert "n/a" not in readme
     verdict = data["results"]["evidence"]["verdict"]
     assert description == f"profile, workers 0, NVIDIA H200: {verdict['stage']} holds the step ({verdict['share']:.0%})"
+
+
+def test_a_file_s_streams_url_names_the_namespace_owner_project_run_and_path():
+    """The URL path Polyaxon's streams service serves a run's file at, relative to the host; odd characters escaped."""
+    url = artifact_url("acme", "profiling", "ab12cd", "outputs/traces/picture-cycle1-steps2-4.png", "polyaxon")
+    assert (
+        url == "/streams/v1/polyaxon/acme/profiling/runs/ab12cd/ro_artifact/outputs/traces/picture-cycle1-steps2-4.png"
+    )
+    assert artifact_url("o", "p", "u", "outputs/a b(1).png", "ns").endswith("/ro_artifact/outputs/a%20b%281%29.png")
+    for bad in ("", "/etc/passwd", "outputs/../../x.png", "outputs//x.png", "./x.png"):
+        with pytest.raises(ValueError, match="not a path inside the run's folder"):
+            artifact_url("o", "p", "u", bad, "ns")
+    with pytest.raises(ValueError, match="bad owner"):
+        artifact_url("a/b", "p", "u", "outputs/x.png", "ns")
+
+
+def test_the_namespace_is_the_pod_s_or_default(monkeypatch):
+    monkeypatch.setenv("POLYAXON_K8S_NAMESPACE", "ml-team")
+    assert namespace() == "ml-team"
+    monkeypatch.delenv("POLYAXON_K8S_NAMESPACE")
+    assert namespace() == "default"
+
+
+def test_the_readme_shows_each_step_picture_as_an_image_under_its_path():
+    """Given where the run's files are served, each cycle's picture line is followed by a Markdown image of it
+    (its alt text the path); without, the readme names the paths only."""
+    from steplens.job import overview
+
+    path = os.path.join(ROOT, "results", "h200-pictures", "workers0", "run.json")
+    data = read_json(path)
+    served = lambda rel: artifact_url("default", PROJECT, data["polyaxon"]["run_uuid"], "outputs/" + rel, "ns")  # noqa: E731
+    _, readme = overview.succeeded(data, os.path.dirname(path), served)
+    lines = readme.splitlines()
+    rels = []
+    for c in data["results"]["cycles"]:
+        rel = "traces/" + os.path.basename(c["picture"])  # the record was written on another machine
+        at = lines.index(f"- step picture: `{rel}` (also on the dashboard as steps-cycle{c['cycle']})")
+        assert lines[at + 1] == f"  ![{rel}]({served(rel)})", lines[at : at + 2]
+        rels.append(rel)
+    assert viewer_screenshots.readme_image_urls(readme) == [served(r) for r in rels]
+    assert "![" not in overview.succeeded(data, os.path.dirname(path))[1]
+
+
+class Tracking:
+    """A stand-in for polyaxon.tracking: a run whose outputs folder is out_dir."""
+
+    def __init__(self, out_dir):
+        import types
+
+        self.out_dir = str(out_dir)
+        self.TRACKING_RUN = types.SimpleNamespace(run_uuid="ab12", owner="acme", project="profiling")
+
+    def get_outputs_path(self):
+        return self.out_dir
+
+
+def test_a_run_s_pictures_are_served_only_from_its_own_outputs(tmp_path, monkeypatch):
+    """A run that writes to its outputs folder gets image URLs with its pod's namespace; one written elsewhere
+    (--output-dir) gets none, since Polyaxon serves only the run's folder."""
+    from steplens.job.runrecord import RunRecord
+
+    monkeypatch.setenv("POLYAXON_K8S_NAMESPACE", "ml-team")
+    record = RunRecord(Tracking(tmp_path / "outputs"), {}, "profile")
+    assert (
+        record.image_url("traces/p.png")
+        == "/streams/v1/ml-team/acme/profiling/runs/ab12/ro_artifact/outputs/traces/p.png"
+    )
+    elsewhere = RunRecord(Tracking(tmp_path / "outputs"), {}, "profile", output_dir=str(tmp_path / "mine"))
+    assert elsewhere.image_url("traces/p.png") is None
 
 
 def test_a_run_on_a_polyaxon_server_gets_its_readme_there(sandbox):

@@ -3,20 +3,26 @@
 Polyaxon's UI (a cluster's, or `haupt viewer --path ROOT` over offline runs) shows the readme in the
 run page's overview panel. Everything here is read from the run's record (run.json's data); a figure
 the record holds as null is written "n/a", with the reason where the record gives one. File names
-are relative to the run's outputs/ folder (the UI's Files tab).
+are relative to the run's outputs/ folder (the UI's Files tab). Given where the run's files are served
+(image_url), each step picture also shows in the readme as an image; its path stays beside it.
 """
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
+# A file's path under the run's outputs/ folder -> the URL path Polyaxon serves it at (None: not served).
+ImageUrl = Callable[[str], "str | None"]
 
-def succeeded(data: dict[str, Any], out_dir: str) -> tuple[str, str]:
-    """(description, readme) of a run that ended well: a profile run's verdict and figures, or a bench rate."""
+
+def succeeded(data: dict[str, Any], out_dir: str, image_url: ImageUrl | None = None) -> tuple[str, str]:
+    """(description, readme) of a run that ended well: a profile run's verdict and figures, or a bench rate.
+    With image_url, the readme shows each step picture as a Markdown image too."""
     head = _heading(data)
     results = data.get("results") or {}
     if data.get("mode") == "profile":
-        body = profile_text(results, out_dir) + ranks_profile_text(results, out_dir)
+        body = profile_text(results, out_dir, image_url) + ranks_profile_text(results, out_dir, image_url)
         verdict = (results.get("evidence") or {}).get("verdict") or {}
         said = verdict.get("stage") or (
             f"uncertain ({verdict['profiled_stage']} only in the profiled steps)"
@@ -72,7 +78,7 @@ def bracket_text(evidence: dict[str, Any]) -> str:
     return said
 
 
-def profile_text(results: dict[str, Any], out_dir: str) -> str:
+def profile_text(results: dict[str, Any], out_dir: str, image_url: ImageUrl | None = None) -> str:
     evidence = results.get("evidence") or {}
     verdict = (evidence.get("verdict") or {}).get("sentence")
     whose = " (rank 0's traces)" if results.get("across_ranks") is not None else ""
@@ -97,16 +103,22 @@ def profile_text(results: dict[str, Any], out_dir: str) -> str:
         if c.get("verdict"):
             lines.append(f"- verdict: {c['verdict']}")
         if c.get("picture"):
-            lines.append(
-                f"- step picture: `{_rel(c['picture'], out_dir)}` (also on the dashboard as "
-                f"steps-cycle{c.get('cycle')})"
-            )
+            rel = _rel(c["picture"], out_dir)
+            lines.append(f"- step picture: `{rel}` (also on the dashboard as steps-cycle{c.get('cycle')})")
+            lines += image_lines(rel, image_url)
         else:
             lines.append(f"- step picture: n/a ({c.get('picture_note') or 'none drawn'})")
         if c.get("trace"):
             lines.append(f"- trace: `{_rel(c['trace'], out_dir)}` (download it, open it in ui.perfetto.dev)")
         lines.append("")
     return "\n".join(lines)
+
+
+def image_lines(rel: str, image_url: ImageUrl | None) -> list[str]:
+    """The picture at rel (under outputs/) as a Markdown image, on the line under its path; its alt text is the
+    path, shown where the image does not load. [] where the run's files are not served."""
+    url = image_url(rel) if image_url else None
+    return [f"  ![{rel}]({url})"] if url else []
 
 
 def figures(evidence: dict[str, Any]) -> tuple[str, list[str]]:
@@ -126,7 +138,7 @@ def figures(evidence: dict[str, Any]) -> tuple[str, list[str]]:
     return "; ".join(shown), reasons
 
 
-def ranks_profile_text(results: dict[str, Any], out_dir: str) -> str:
+def ranks_profile_text(results: dict[str, Any], out_dir: str, image_url: ImageUrl | None = None) -> str:
     """DDP: the evidence across ranks (the slowest rank, its stage), and each rank's own verdict."""
     top = results.get("across_ranks")
     if top is None:
@@ -140,7 +152,9 @@ def ranks_profile_text(results: dict[str, Any], out_dir: str) -> str:
         named = f"slowest rank: {top['slowest_rank']}; its stage: {stage}"
     lines = ["", "### Across ranks", "", f"- {named}", f"- {top.get('verdict')}"]
     for k, path in enumerate(top.get("pictures") or [], start=1):
-        lines.append(f"- every rank's steps: `{_rel(path, out_dir)}` (also on the dashboard as steps-ranks-cycle{k})")
+        rel = _rel(path, out_dir)
+        lines.append(f"- every rank's steps: `{rel}` (also on the dashboard as steps-ranks-cycle{k})")
+        lines += image_lines(rel, image_url)
     lines.append("- the figures per rank and step: `traces/ranks.evidence.txt`")
     for rank, said in rank_verdicts(out_dir):
         lines.append(f"- rank {rank}'s own verdict: {said}")

@@ -15,7 +15,7 @@ from steplens.errors import UserError
 from steplens.job import loader_timeline, overview
 from steplens.job.machine import comparable_facts, environment, package_inventory, set_threads
 from steplens.job.paths import DEFAULT_OFFLINE_ROOT
-from steplens.polyaxonenv import PROJECT, is_managed, managed_identity
+from steplens.polyaxonenv import PROJECT, artifact_url, is_managed, managed_identity, namespace
 
 if TYPE_CHECKING:
     import torch
@@ -90,7 +90,12 @@ class RunRecord:
         os.makedirs(self.out_dir, exist_ok=True)
         self.path = os.path.join(self.out_dir, name)
         self.logged = []
+        self.served = None  # (owner, project, run uuid, namespace) where Polyaxon serves the run's outputs/
         if polyaxon is None:
+            run = tracking.TRACKING_RUN
+            # Served at outputs/ only when out_dir is the run's own outputs folder (not another --output-dir).
+            if self.out_dir == os.path.abspath(tracking.get_outputs_path()):
+                self.served = (run.owner, run.project, run.run_uuid, namespace())
             polyaxon = {
                 "managed": is_managed(),
                 "run_uuid": tracking.TRACKING_RUN.run_uuid,
@@ -118,6 +123,14 @@ class RunRecord:
 
     def update(self, facts: dict[str, Any]) -> None:
         self.data.update(facts)
+
+    def image_url(self, rel: str) -> str | None:
+        """Where Polyaxon's streams service serves a file under the run's outputs/ (a URL path on Polyaxon's
+        host), or None when the run's files are not there."""
+        if self.served is None:
+            return None
+        owner, project, run_uuid, ns = self.served
+        return artifact_url(owner, project, run_uuid, "outputs/" + rel, ns)
 
     def log_file(self, path: str, name: str) -> None:
         self.tracking.log_file_ref(path=path, name=name)
@@ -167,7 +180,7 @@ class RunRecord:
             artifacts=[os.path.relpath(p, self.out_dir) for p in self.logged] + ["run.json"],
         )
         self.log_file(write_json_atomic(self.path, self.data), "run.json")
-        self.tell(*overview.succeeded(self.data, self.out_dir))
+        self.tell(*overview.succeeded(self.data, self.out_dir, self.image_url))
         # Synchronous: the last outputs must reach Polyaxon before end() stops the client. A server that
         # refuses the request is asked again; the run's files are written whatever it answers.
         for attempt in range(3):

@@ -5,6 +5,7 @@ import math
 import statistics
 from typing import Any
 
+from steplens.evidence.formatting import OFF_AT_ZERO
 from steplens.evidence.runs import MACHINE, MACHINE_IDS, CompareError
 from steplens.stats import ALPHA, pairs_needed, sign_test, significance
 
@@ -78,9 +79,6 @@ def pair_runs(
         else:
             i += 1
     return pairs, "start order"
-
-
-OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
 
 
 def setting(r: dict[str, Any], k: str) -> Any:

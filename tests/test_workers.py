@@ -227,6 +227,11 @@ def test_a_fast_transform_keeps_up(fast):
     assert len(memory["workers"]) == 2 and all(0 < w["pss_mb"] <= w["peak_rss_mb"] for w in memory["workers"].values())
     assert memory["workers_pss_mb"] == round(sum(w["pss_mb"] for w in memory["workers"].values()), 1)
     assert fast["outputs"]["main_pss_mb"] == memory["main_pss_mb"]
+    # the peaks: the larger of the reads before and after the window, so no smaller than the read after it
+    assert memory["pss_peak_mb"] >= memory["main_pss_mb"] + memory["workers_pss_mb"] - 0.1
+    assert memory["pss_peak_mb"] <= memory["main_pss_peak_mb"] + memory["workers_pss_peak_mb"] + 0.1
+    assert fast["outputs"]["pss_peak_mb"] == memory["pss_peak_mb"]
+    assert fast["outputs"]["input_supply_per_sec"] == figures["supply_per_sec"] > 0
 
 
 def test_a_slow_transform_makes_the_verdict_name_the_workers(slow):

@@ -242,7 +242,7 @@ def run_profile(step, device, out_dir, args, loader, stop, world, batches):
     account = capture.queue_account(loader, args)  # the workers' queue, the options the verdict names
     sync, laps = (lambda: synchronize(device)), (lambda: capture.Laps(cuda))
     with capture.bracketed(step, PROFILE_STEPS, sync, stop, laps, settle=account["queue_depth"]) as timing:
-        pauses = capture.Pauses(since=timing.pop("since"), input_clock=capture.input_clock(batches))
+        pauses = capture.loop_pauses(timing.pop("since"), batches, save_trace)  # and the CPU and memory per cycle
         with (
             stop.steps("profile"),
             profile(
@@ -259,7 +259,7 @@ def run_profile(step, device, out_dir, args, loader, stop, world, batches):
                 profiler.step()  # writes a cycle's trace at its end
                 stop.step_done()
     # Trace evidence after the profiler has closed, so reading traces costs no profiled step.
-    timing.update(pauses_s=pauses.seconds, steps_s=pauses.step_seconds, inputs_s=pauses.input_seconds)
+    timing.update(pauses.account(save_trace.cycles))  # each cycle's CPU use and host memory, read at its edges
     timing["input"] = into_traces(save_trace.cycles, batches)  # a track per DataLoader worker; their figures
     evidence = cycle_evidence.write_evidence(save_trace.cycles, {**timing, **account})
     results = {

@@ -23,6 +23,7 @@ import sys
 
 from steplens.atomic import write_json_atomic
 from steplens.evidence import cycle_evidence, report
+from steplens.evidence.formatting import run_label
 from steplens.trace import reader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,6 +61,7 @@ def capture_of(run):
         else "no worker processes",
         "workers": workers,
         "device_input": loader.get("kind") == "device",
+        "run_label": run_label(run.get("settings") or {}),  # the step pictures' titles
     }
 
 

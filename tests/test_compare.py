@@ -872,3 +872,35 @@ def test_the_study_goes_on_past_a_failing_job_then_exits_1(tmp_path):
     jobs = [(c.split("--seed ")[1].split()[0], c.split("--repeat ")[1].split()[0]) for c in calls if "train.py" in c]
     assert jobs == [("1", "1"), ("2", "1"), ("1", "2"), ("2", "2")], jobs
     assert calls[-1].startswith("-m steplens compare --offline"), calls[-1]
+
+
+def test_the_host_side_stands_beside_each_rate_and_is_empty_where_not_logged():
+    """CPUs used, throttled share, the workers' supply and host memory: medians where every run logged them, an
+    empty cell (never 0) where a run did not; the supply from input_supply_ms in runs that logged only that."""
+    records = study([100.0, 110.0], [300.0, 310.0])
+    logged = [
+        {"cpus_used": 1.5, "cpu_throttled_share": 0.0, "input_supply_per_sec": 40.0, "pss_peak_mb": 900.0},
+        {"cpus_used": 1.7, "cpu_throttled_share": 0.1, "input_supply_ms": 20.0, "pss_peak_mb": 1100.0},
+    ]
+    for r, outputs in zip(records[2:], logged):
+        r["outputs"].update(outputs)
+    result = comparison.compare_records(records)
+    g = groups(result)
+    assert g["workers=4"]["host"] == {
+        "cpus_used": 1.6,
+        "cpu_throttled_share": 0.05,
+        "input_supply_per_sec": 45.0,  # 40 and 1000 / 20 ms
+        "pss_peak_mb": 1000.0,
+        "shm_peak_mb": None,  # neither run logged it
+        "batch_size": 128,
+    }
+    assert all(v is None for k, v in g["workers=0"]["host"].items() if k != "batch_size")
+    text = compare.markdown(result)
+    assert "| workers=4 | 305.0 | 2.4 | 1.60 | 0.05 | 45.0 | 1000 |  |" in text, text
+    assert "| workers=0 | 105.0 | 0.8 |  |  |  |  |  |" in text, text
+    assert "(the budget: 4 CPUs)" in text
+    rows = {r["group"]: r for r in csv.DictReader(io.StringIO(compare.csv_text(result)))}
+    assert rows["workers=4"]["cpus_used"] == "1.6" and rows["workers=4"]["input_supply_per_sec"] == "45.0"
+    assert rows["workers=4"]["shm_peak_mb"] == "" and rows["workers=0"]["cpus_used"] == ""
+    by_group = {x["group"]: x for x in json.loads(compare.json_text(result))["tables"][0]["groups"]}
+    assert by_group["workers=4"]["host"]["pss_peak_mb"] == 1000.0 and by_group["workers=0"]["host"]["cpus_used"] is None

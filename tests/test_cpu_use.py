@@ -64,3 +64,28 @@ def test_snapshot_reads_this_process_and_the_cgroups_on_the_way_up(tmp_path):
     assert use["throttle_source"] == str(root / "pod" / "cpu.stat")
     assert use["throttled_s"] == 0.02 and use["nr_throttled"] == 2
     assert use["main_cpu_s"] >= 0 and use["cpus_used"] is not None
+
+
+def test_schedstat_nanoseconds_are_read_where_both_ends_have_them():
+    """With schedstat's ns in both snapshots the ticks are not used, and the reading is exact to the ns."""
+    before = {**counters(0, 0, {20: 0}), "threads_ns": {"10": 0, "11": 0}, "workers_ns": {20: 0}}
+    after = {
+        **counters(0.05, 0, {20: 0}),  # the ticks saw nothing in 50 ms
+        "threads_ns": {"10": 30_000_000, "11": 5_000_000},
+        "workers_ns": {20: 40_000_000},
+    }
+    use = cpu_use.window_use(before, after, 2)
+    assert use["cpu_clock"] == "schedstat" and use["resolution_cpus"] == 0
+    assert use["main_cpu_s"] == 0.035 and use["workers_cpu_s"] == {"20": 0.04}
+    assert use["cpus_used"] == 1.5 and use["cpu_bound"] is False  # 75 ms of CPU in 50 ms, below 90% of 2
+
+
+def test_a_kernel_without_schedstats_falls_back_to_ticks_and_a_short_window_is_not_judged():
+    """schedstat reading 0 (schedstats off): the ticks count; over 50 ms they read 3 counters to +/- 0.6 CPUs, too
+    coarse to judge a 2-CPU budget, so neither CPU-bound nor not."""
+    zeros = {"threads_ns": {"10": 0, "11": 0}, "workers_ns": {20: 0}}
+    before, after = {**counters(0, 0, {20: 0}), **zeros}, {**counters(0.05, TICK // 100 * 5, {20: 0}), **zeros}
+    use = cpu_use.window_use(before, after, 2)
+    assert use["cpu_clock"] == "ticks"
+    assert use["resolution_cpus"] == round(3 / TICK / 0.05, 4)
+    assert use["cpu_bound"] is None and "too short for the clock ticks" in use["cpu_sentence"]

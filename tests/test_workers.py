@@ -36,7 +36,9 @@ def profiled(tmp_path_factory):
     root = tmp_path_factory.mktemp("workers-profile")
     proc = run_train(["--mode", "profile", "--workers", "2", *SMALL], root)
     assert proc.returncode == 0, f"profile run failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    return {"proc": proc, "run": run_json(single_run(root)[1])}
+    uuid, outputs = single_run(root)
+    plx = json.load(open(os.path.join(str(root), "runs", uuid, "run.plx.json")))
+    return {"proc": proc, "run": run_json(outputs), "outputs": plx.get("outputs") or {}}
 
 
 def bench(tmp_path_factory, name, workers, more=(), **env):
@@ -164,6 +166,46 @@ def test_profiled_batches_obey_their_order_and_the_evidence_carries_the_figures(
     assert "profile: input: the 2 workers make a batch every" in profiled["proc"].stderr
 
 
+EDGE_TOLERANCE_S = 0.005  # time.time_ns() (the counters' wall clock) against perf_counter() (the steps' clock)
+
+
+def test_each_profiled_cycle_records_its_cpu_use_and_host_memory(profiled):
+    """Per cycle: CPU seconds of the main process and both workers, CPUs used within the budget, read at the edges
+    of the cycle's recorded steps; host memory's peaks no larger than the peak resident sets; in the evidence files
+    and the cycleN_ outputs."""
+    run, outputs = profiled["run"], profiled["outputs"]
+    results, budget = run["results"], run["cpu_budget"]["cpus"]
+    for c in results["cycles"]:
+        cpu, memory, n = c["cpu"], c["host_memory"], c["cycle"]
+        first, last = c["profiler_steps"]
+        # the window: the cycle's recorded steps and the pauses between them, plus at most the two reads
+        inside = sum(results["steps_s"][first : last + 1]) + sum(results["pauses_s"][first + 1 : last + 1])
+        reads = sum(cpu["read_ms"]) / 1e3
+        assert inside - EDGE_TOLERANCE_S <= cpu["window_s"] <= inside + reads + EDGE_TOLERANCE_S, (cpu, inside)
+        assert cpu["budget_cpus"] == budget and cpu["main_cpu_s"] > 0
+        assert len(cpu["workers_cpu_s"]) == 2 and all(s is not None and s >= 0 for s in cpu["workers_cpu_s"].values())
+        total = cpu["main_cpu_s"] + sum(cpu["workers_cpu_s"].values())
+        assert abs(cpu["cpus_used"] - total / cpu["window_s"]) <= 0.01
+        assert 0 < cpu["cpus_used"] <= budget + CPU_TOLERANCE + cpu["resolution_cpus"], cpu
+        assert f"of the budget's {budget:g} CPUs used" in cpu["cpu_sentence"]
+        assert cpu["cpu_bound"] == ("CPU-bound" in cpu["cpu_sentence"])
+        switches = cpu["nonvoluntary_switches"]  # the main process's and each worker's
+        assert len(switches) == 3 and set(cpu["workers_cpu_s"]) < set(switches) and min(switches.values()) >= 0
+        assert 0 < memory["main_pss_peak_mb"] <= memory["main_peak_rss_mb"]
+        assert 0 < memory["workers_pss_peak_mb"] and len(memory["workers_peak_rss_mb"]) == 2
+        assert max(memory["main_pss_peak_mb"], memory["workers_pss_peak_mb"]) <= memory["pss_peak_mb"]
+        assert memory["pss_peak_mb"] <= memory["main_pss_peak_mb"] + memory["workers_pss_peak_mb"] + 0.1
+        if memory["shm_size_mb"] is not None:
+            assert 0 <= memory["shm_peak_mb"] <= memory["shm_size_mb"]
+        assert outputs[f"cycle{n}_cpus_used"] == cpu["cpus_used"] and outputs[f"cycle{n}_cpu_bound"] == cpu["cpu_bound"]
+        assert outputs[f"cycle{n}_pss_peak_mb"] == memory["pss_peak_mb"]
+        evidence = json.load(open(c["evidence_json"]))
+        assert evidence["cpu"] == cpu and evidence["host_memory"] == memory
+        assert evidence["capture"]["run_label"] == "workers=2, batch 2"  # the step picture's title opens on it
+        assert f"CPU: {cpu['cpu_sentence']}" in open(c["evidence_txt"]).read()
+        assert f"profile: cycle {n}: CPU: {cpu['cpu_sentence']}" in profiled["proc"].stderr
+
+
 def test_a_fast_transform_keeps_up(fast):
     figures = fast["run"]["results"]["input"]
     check_order(rows(figures))
@@ -185,6 +227,11 @@ def test_a_fast_transform_keeps_up(fast):
     assert len(memory["workers"]) == 2 and all(0 < w["pss_mb"] <= w["peak_rss_mb"] for w in memory["workers"].values())
     assert memory["workers_pss_mb"] == round(sum(w["pss_mb"] for w in memory["workers"].values()), 1)
     assert fast["outputs"]["main_pss_mb"] == memory["main_pss_mb"]
+    # the peaks: the larger of the reads before and after the window, so no smaller than the read after it
+    assert memory["pss_peak_mb"] >= memory["main_pss_mb"] + memory["workers_pss_mb"] - 0.1
+    assert memory["pss_peak_mb"] <= memory["main_pss_peak_mb"] + memory["workers_pss_peak_mb"] + 0.1
+    assert fast["outputs"]["pss_peak_mb"] == memory["pss_peak_mb"]
+    assert fast["outputs"]["input_supply_per_sec"] == figures["supply_per_sec"] > 0
 
 
 def test_a_slow_transform_makes_the_verdict_name_the_workers(slow):

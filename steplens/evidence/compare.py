@@ -21,6 +21,7 @@ import textwrap
 from typing import Any
 
 from steplens.evidence.comparison import (
+    HOST_FIGURES,
     LOSS_FLOOR,
     LOSS_TOLERANCE,
     LOSS_WORSE,
@@ -167,6 +168,38 @@ def _rates_section(out, table):
             out.write(f"- {g['group']} (by {g['pairing']}): {ratios}\n")
 
 
+def fmt_cell(v: float | None, fmt: str) -> str:
+    """A host-side cell: empty where the figure was not logged (never 0)."""
+    return "" if v is None else fmt.format(v)
+
+
+def _host_section(out, table):
+    """Beside each group's rate, the bench window's host side: CPUs used against the budget, the throttled share,
+    the workers' supply and the host memory peaks; empty cells where the runs did not log a figure."""
+    rows = table["groups"]
+    if not any(v is not None for g in rows for k, v in (g.get("host") or {}).items() if k != "batch_size"):
+        return
+    budget = table["machine"].get("cpu_budget")
+    out.write(
+        "\nThe host side of the bench window (medians; docs/EVIDENCE.md#the-dataloader-workers): CPUs used "
+        f"(the budget: {'not recorded' if budget is None else f'{budget:g} CPUs'}), the share of the window the "
+        "cgroup throttled, the batches per second the DataLoader workers could supply beside the steps per second "
+        "the group ran, and host memory (PSS of the main process and workers together, and /dev/shm: the larger "
+        "of the reads before and after the window). An empty cell: the runs did not log it.\n\n"
+        "| group | median samples/s | steps/s | CPUs used | throttled share | workers' supply batches/s "
+        "| host PSS peak MB | /dev/shm peak MB |\n|---|---|---|---|---|---|---|---|\n"
+    )
+    for g in rows:
+        h = g.get("host") or {}
+        steps = g["median"] / h["batch_size"] if h.get("batch_size") else None
+        out.write(
+            f"| {g['group']} | {fmt_rate(g['median'])} | {fmt_cell(steps, '{:.1f}')} "
+            f"| {fmt_cell(h.get('cpus_used'), '{:.2f}')} | {fmt_cell(h.get('cpu_throttled_share'), '{:.2f}')} "
+            f"| {fmt_cell(h.get('input_supply_per_sec'), '{:.1f}')} | {fmt_cell(h.get('pss_peak_mb'), '{:.0f}')} "
+            f"| {fmt_cell(h.get('shm_peak_mb'), '{:.1f}')} |\n"
+        )
+
+
 def _flops_section(out, table):
     """Model FLOPs, TFLOP/s and MFU per group, or why they are absent."""
     with_flops = [g for g in table["groups"] if g["ceiling"]]
@@ -285,9 +318,10 @@ def _evidence_section(out, table, links_from):
 
 
 def markdown_table(table: dict[str, Any], links_from: str | None = None) -> str:
-    """One machine's comparison as Markdown: rates and the sign test, FLOPs, GPU-bound share, ranks, evidence."""
+    """One machine's comparison as Markdown: rates, the sign test, the host side, FLOPs, GPU-bound share, ranks."""
     out = io.StringIO()
     _rates_section(out, table)
+    _host_section(out, table)
     _flops_section(out, table)
     _gpu_bound_section(out, table)
     _distributed_section(out, table)
@@ -369,6 +403,11 @@ CSV_COLUMNS = [
     "peak_allocated_mb",
     "peak_reserved_mb",
     "gpu_bound_share",
+    "cpus_used",
+    "cpu_throttled_share",
+    "input_supply_per_sec",
+    "pss_peak_mb",
+    "shm_peak_mb",
     "gpu_idle_share",
     "input_gap_share",
     "profiled_step_ms",
@@ -422,6 +461,7 @@ def csv_text(result: dict[str, Any]) -> str:
                         else (g["memory"]["median_allocated_mb"], g["memory"]["median_reserved_mb"])
                     ),
                     b.get("median_share", ""),
+                    *("" if (g.get("host") or {}).get(k) is None else g["host"][k] for k in HOST_FIGURES),
                     e.get("gpu_idle_share", ""),
                     e.get("input_gap_share", ""),
                     e.get("profiled_step_ms", ""),

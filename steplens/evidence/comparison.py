@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 from steplens.evidence import roofline
+from steplens.evidence.formatting import OFF_AT_ZERO
 from steplens.evidence.runs import MACHINE, MACHINE_IDS, CompareError
 from steplens.stats import ALPHA, pairs_needed, sign_test, significance
 from steplens.trace.reader import TraceError
@@ -80,9 +81,6 @@ def pair_runs(
         else:
             i += 1
     return pairs, "start order"
-
-
-OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
 
 
 def setting(r: dict[str, Any], k: str) -> Any:
@@ -339,6 +337,7 @@ def compare_machine(
         row["rank_spread"] = rank_spread(runs)
         row["loss"] = final_loss(runs)
         row["memory"] = peak_memory(runs)
+        row["host"] = host_side(runs)
         rows.append(row)
     return {
         "machine": dict(zip(MACHINE, machine)),
@@ -384,6 +383,32 @@ def peak_memory(runs: list[dict[str, Any]]) -> dict[str, float] | None:
         "max_allocated_mb": max(allocated),
         "median_reserved_mb": statistics.median(reserved),
     }
+
+
+HOST_FIGURES = ("cpus_used", "cpu_throttled_share", "input_supply_per_sec", "pss_peak_mb", "shm_peak_mb")
+
+
+def supply_per_sec(outputs: dict[str, Any]) -> float | None:
+    """The batches per second the DataLoader workers could supply (input_supply_per_sec; in runs that logged only
+    input_supply_ms, its inverse, as train.py computes it)."""
+    if outputs.get("input_supply_per_sec") is not None:
+        return outputs["input_supply_per_sec"]
+    ms = outputs.get("input_supply_ms")
+    return round(1e3 / ms, 2) if ms else None
+
+
+def host_side(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The bench window's host side, each the median over the group's runs: CPUs used, the throttled share, the
+    workers' supply (batches/s), peak PSS of the main process and workers together, and /dev/shm's peak (MB).
+    A figure is None unless every run logged it (runs from before it was logged, --gpu-input runs with no
+    DataLoader), never 0."""
+    out = {}
+    for k in HOST_FIGURES:
+        values = [supply_per_sec(r["outputs"]) if k == "input_supply_per_sec" else r["outputs"].get(k) for r in runs]
+        out[k] = None if not values or any(v is None for v in values) else statistics.median(values)
+    batch = {r["settings"].get("batch_size") for r in runs}
+    out["batch_size"] = batch.pop() if len(batch) == 1 else None
+    return out
 
 
 def final_loss(runs: list[dict[str, Any]]) -> dict[str, Any] | None:

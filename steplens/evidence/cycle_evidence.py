@@ -107,6 +107,31 @@ def input_lines(figures: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def usage_line(cpu: dict[str, Any], memory: dict[str, Any] | None) -> str:
+    """A cycle's CPU use and host memory, read at its edges, in one line (docs/EVIDENCE.md#cpu-use-and-host-memory)."""
+    said = f"CPU: {cpu['cpu_sentence']}"
+    if memory and memory.get("pss_peak_mb") is not None:
+        said += f"; host memory: PSS {memory['pss_peak_mb']:g} MB (main and workers)"
+    if memory and memory.get("shm_peak_mb") is not None:
+        said += f", /dev/shm {memory['shm_peak_mb']:g} MB used"
+    return said
+
+
+def usage_lines(cycle: dict[str, Any]) -> list[str]:
+    """The evidence text's lines on the cycle's CPU use and host memory; none where they were not read."""
+    cpu, memory = cycle.get("cpu"), cycle.get("host_memory")
+    if not cpu:
+        return []
+    workers = sum(s for s in cpu["workers_cpu_s"].values() if s)
+    return [
+        usage_line(cpu, memory),
+        f"  over the cycle's {cpu['window_s']:.3f} s (read as its first step began and as its last ended): main "
+        f"process {cpu['main_cpu_s']:.3f} CPU s, {len(cpu['workers_cpu_s'])} workers {workers:.3f} CPU s; "
+        f"{sum(cpu['nonvoluntary_switches'].values())} involuntary context switches; PSS and /dev/shm are "
+        "the larger of the two reads",
+    ]
+
+
 def _blocks(capture):
     """The unprofiled blocks in words: the steps before the capture, and those after it where timed."""
     after = capture.get("unprofiled_after_ms")
@@ -261,6 +286,7 @@ def capture_account(
         ),
         "queue_depth": capture["queue_depth"],
         "queue": capture["queue"],
+        "run_label": capture.get("run_label"),
         "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
         "compute_s": [None if t is None else round(t, 4) for t in compute_s],
         "waits_seen_s": {str(k): round(v, 4) for k, v in seen.items()},
@@ -290,7 +316,7 @@ def write_cycle_files(
         evidence["verdict"]["sentence"] += (
             " This cycle followed a pause that refilled the loader's queues: its input waits may be understated."
         )
-    c["picture"], c["picture_note"] = draw_cycle(c, evidence)
+    c["picture"], c["picture_note"] = draw_cycle(c, evidence, account.get("run_label"))
     if c["picture_note"] and first:  # one line a run: the reason is the same for every cycle
         print(f"profile: {c['picture_note']}", file=sys.stderr)
     for step in evidence["steps"]:
@@ -299,9 +325,11 @@ def write_cycle_files(
     evidence["capture"] = {**account, "cycle": c["cycle"], "refilled_by": c["refilled_by"]}
     if c.get("input"):  # the DataLoader's own timeline over this cycle's steps (job/loader_timeline.py)
         evidence["input"] = c["input"]
+    if c.get("cpu"):  # CPU use and host memory read at the cycle's edges (job/capture.py CycleEdges)
+        evidence["cpu"], evidence["host_memory"] = c["cpu"], c["host_memory"]
     base = c["trace"].rsplit(".pt.trace.", 1)[0]
     c["evidence_json"] = write_json_atomic(base + ".evidence.json", evidence)
-    lines = capture_lines(c, account) + perfetto_line(c) + input_lines(c.get("input"))
+    lines = capture_lines(c, account) + perfetto_line(c) + input_lines(c.get("input")) + usage_lines(c)
     text = formatting.format_table([evidence]) + "\n".join(lines) + "\n"
     c["evidence_txt"] = write_atomic(base + ".evidence.txt", text)
     c["evidence"] = diagnosis.headline(evidence)
@@ -480,11 +508,13 @@ def tailor_next(v: dict[str, Any], on: dict[str, Any] | None) -> dict[str, Any]:
     return {**v, "next": nxt, "sentence": v["sentence"].replace(f"Next: {v['next']}.", f"Next: {nxt}.")}
 
 
-def draw_cycle(c: dict[str, Any], evidence: dict[str, Any]) -> tuple[str | None, str | None]:
-    """The cycle's step picture beside its trace (picture.py); its path, or None and the reason."""
+def draw_cycle(c: dict[str, Any], evidence: dict[str, Any], label: str | None = None) -> tuple[str | None, str | None]:
+    """The cycle's step picture beside its trace (picture.py), its title opening on the run's label
+    (formatting.run_label); its path, or None and the reason."""
     folder, base = os.path.split(c["trace"].rsplit(".pt.trace.", 1)[0])
     path = os.path.join(folder, base.replace("trace-", "picture-", 1) + ".png")
     title = f"cycle {c['cycle']}, ProfilerStep#{c['profiler_steps'][0]}-{c['profiler_steps'][1]}"
+    title = f"{label}: {title}" if label else title
     try:
         picture.draw(evidence, path, title)
     except picture.NoPicture as e:

@@ -1,10 +1,64 @@
-"""The evidence as text tables: per step, the window, and the kernel classes."""
+"""The evidence as text tables: per step, the window, and the kernel classes; a run named by its settings."""
 
 from typing import Any
 
 from steplens.evidence.attribution import CAVEAT, NO_GPU
 from steplens.scopes import SCOPES
 from steplens.trace import kernels
+
+OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
+# Settings that every run has; any other setting that is switched on is a candidate fix worth naming.
+BASE_SETTINGS = {
+    "mode",
+    "workers",
+    "batch_size",
+    "warmup_steps",
+    "bench_steps",
+    "data",
+    "data_dir",
+    "device",
+    "seed",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "trace_format",
+    "output_dir",
+    "repeat",
+    "profile_detail",
+    "force_workers",
+    "ddp_backend",
+    "slow_input_ms",
+    "world_size",
+    "nproc_per_node",
+}
+
+
+def configuration(settings: dict[str, Any]) -> str:
+    """The run's settings as train.py flags: workers, then every candidate fix that is on."""
+    flags = [f"--workers {settings.get('workers', 0)}"] if not settings.get("gpu_input") else []
+    for k in sorted(set(settings) - BASE_SETTINGS):
+        v = settings[k]
+        if v is False or v is None or v == "off" or (k in OFF_AT_ZERO and v == 0):
+            continue  # off: --lr-warmup-steps 0 is no ramp, as in runs that predate the setting
+        flag = "--" + k.replace("_", "-")
+        flags.append(flag if v is True else f"{flag} {v}")
+    return " ".join(flags) or "defaults"
+
+
+def run_label(settings: dict[str, Any]) -> str:
+    """The run's configuration in a few words, for a picture's title: the DataLoader workers, the batch, a lean
+    capture, and every candidate fix that is on, e.g. "workers=4, batch 128, --amp bf16 --channels-last"."""
+    flags, parts = configuration(settings), []
+    if not settings.get("gpu_input"):  # --gpu-input has no DataLoader: the flag itself says so, among the fixes
+        parts.append(f"workers={settings.get('workers', 0)}")
+        flags = flags.removeprefix(f"--workers {settings.get('workers', 0)}").strip()
+    if settings.get("batch_size") is not None:
+        parts.append(f"batch {settings['batch_size']}")
+    if settings.get("profile_detail") == "lean":
+        parts.append("lean capture")
+    if flags and flags != "defaults":
+        parts.append(flags)
+    return ", ".join(parts)
 
 
 def _scope_ms(scope):

@@ -7,19 +7,21 @@ the input gap, when the GPU waited while input/next_batch ran; the other waits f
 that ended the idle was launched after it began; other idle, with work queued). Each lane starts at its
 own zero: the CPU lane at the step's start, the GPU lane at the start of the span its figures are read on
 (the CPU's step while the GPU keeps up; the step's own GPU slot when the CPU runs ahead). Every length
-comes from steplens summarize's figures for that step; the verdict is in the title. Profile mode draws one per
+comes from steplens summarize's figures for that step. The title names the run (its workers, batch and the fixes
+on: formatting.run_label, from run.json) and the cycle; the verdict is under it. Profile mode draws one per
 cycle beside its trace; a CPU-only trace gets the CPU lanes alone; in a DDP run rank 0 also draws every
 rank's steps in one picture per cycle (steplens ranks).
 """
 
 import argparse
+import json
 import os
 import sys
 import textwrap
 from typing import Any
 
 from steplens.evidence import summarize
-from steplens.evidence.formatting import damage_lines
+from steplens.evidence.formatting import damage_lines, run_label
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
 from steplens.trace import reader
 
@@ -154,6 +156,22 @@ def draw_groups(
             os.remove(tmp)
 
 
+def nearby_label(trace: str) -> str | None:
+    """The run's label (formatting.run_label) from the run.json of a train.py run the trace lies in
+    (outputs/traces/, or outputs/traces/rankR/ in DDP); None elsewhere."""
+    folder = os.path.dirname(os.path.abspath(trace))
+    for _ in range(2):
+        folder = os.path.dirname(folder)
+        try:
+            with open(os.path.join(folder, "run.json")) as f:
+                settings = json.load(f).get("settings")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(settings, dict):
+            return run_label(settings)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens picture", description=__doc__.split("\n")[0])
     p.add_argument("trace", help="a PyTorch profiler Chrome trace (.json or .json.gz)")
@@ -169,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
         for line in damage_lines(evidence):
             print(f"steplens picture: warning: {line}", file=sys.stderr)
-        draw(evidence, out, os.path.basename(args.trace))
+        label = nearby_label(args.trace)
+        draw(evidence, out, f"{label}: {os.path.basename(args.trace)}" if label else os.path.basename(args.trace))
     except (reader.TraceError, NoPicture) as e:
         print(f"steplens picture: error: {e}", file=sys.stderr)
         return 1

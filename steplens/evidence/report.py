@@ -23,32 +23,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from steplens.atomic import recorded_file
-from steplens.evidence.comparison import OFF_AT_ZERO
+from steplens.evidence.formatting import configuration
 
-# Settings that every run has; any other setting that is switched on is a candidate fix worth naming.
-BASE_SETTINGS = {
-    "mode",
-    "workers",
-    "batch_size",
-    "warmup_steps",
-    "bench_steps",
-    "data",
-    "data_dir",
-    "device",
-    "seed",
-    "lr",
-    "momentum",
-    "weight_decay",
-    "trace_format",
-    "output_dir",
-    "repeat",
-    "profile_detail",
-    "force_workers",
-    "ddp_backend",
-    "slow_input_ms",
-    "world_size",
-    "nproc_per_node",
-}
 EVIDENCE = (
     ("gpu_idle_share", "GPU idle share", "{:.2f}"),
     ("input_gap_share", "input gap share of idle", "{:.2f}"),
@@ -108,18 +84,6 @@ def load_runs(root: str, uuids: Sequence[str] = (), since: datetime | None = Non
 
 def settings_of(r: dict[str, Any]) -> dict[str, Any]:
     return (r["run"] or {}).get("settings") or r["plx"].get("inputs") or {}
-
-
-def configuration(settings: dict[str, Any]) -> str:
-    """The run's settings as train.py flags: workers, then every candidate fix that is on."""
-    flags = [f"--workers {settings.get('workers', 0)}"] if not settings.get("gpu_input") else []
-    for k in sorted(set(settings) - BASE_SETTINGS):
-        v = settings[k]
-        if v is False or v is None or v == "off" or (k in OFF_AT_ZERO and v == 0):
-            continue  # off: --lr-warmup-steps 0 is no ramp, as in runs that predate the setting
-        flag = "--" + k.replace("_", "-")
-        flags.append(flag if v is True else f"{flag} {v}")
-    return " ".join(flags) or "defaults"
 
 
 def device_of(r: dict[str, Any]) -> str:

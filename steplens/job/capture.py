@@ -11,6 +11,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from steplens.atomic import write_atomic
+from steplens.evidence.cycle_evidence import usage_line
+from steplens.evidence.formatting import run_label
+from steplens.job import cpu_use, host_memory
+from steplens.job.machine import cpu_budget
 from steplens.job.stopping import Stopper, StopRequested
 from steplens.scopes import SCHEDULE
 from steplens.trace import nesting
@@ -32,8 +36,11 @@ class TraceWriter:
         # skip: true once a stop was asked for (the profiler's exit would dump a partial cycle).
         self.out_dir, self.trace_format, self.cuda, self.subdir, self.skip = out_dir, trace_format, cuda, subdir, skip
         self.cycles = []
+        self.before_dump: Callable[[], None] | None = None  # CycleEdges.trace_closed: host memory, read first
 
     def __call__(self, prof):
+        if self.before_dump is not None:
+            self.before_dump()
         if self.skip():  # a stop was asked for: the profiler's exit would dump a partial cycle
             return
         # Called at step_num 5 and 10; the cycle's active steps are the three before.
@@ -207,16 +214,94 @@ def input_clock(batches: Any) -> Callable[[], float] | None:
     return (lambda: batches.waited_s) if hasattr(batches, "waited_s") else None
 
 
+class CycleEdges:
+    """Profile mode: the CPU counters (cpu_use) and host memory (host_memory) read at each profiled cycle's edges.
+
+    The CPU counters are read as the cycle's first recorded step begins, before its input/next_batch, and as its
+    last recorded step ends, after its train/optimizer: inside those two ProfilerStep slices, outside the four
+    scopes (under a point of a millisecond each, timed in read_ms). Host memory takes longer to read (smaps_rollup
+    walks every mapping): it is read outside the trace, as the warm-up step before the cycle ends and, given the
+    TraceWriter, as the profiler hands over the finished cycle, before its trace is written. Pauses calls
+    before_step and after_step; the reads count as pauses between steps.
+    """
+
+    def __init__(self, batches: Any, writer: TraceWriter | None = None, schedule: dict[str, int] = SCHEDULE):
+        self.pids = batches.worker_pids if hasattr(batches, "worker_pids") else list
+        self.budget = cpu_budget()["cpus"]
+        self.first = schedule["wait"] + schedule["warmup"]
+        self.span, self.repeat = self.first + schedule["active"], schedule["repeat"]
+        self.step, self.reads, self.open, self.hooked = 0, {}, None, writer is not None
+        if writer is not None:
+            writer.before_dump = self.trace_closed
+
+    def _cycle(self, at: int) -> int | None:
+        """The cycle (1, 2, ...) whose step at position `at` of its span the loop is at; None past the schedule."""
+        k, pos = divmod(self.step, self.span)
+        return k + 1 if pos == at and (not self.repeat or k < self.repeat) else None
+
+    def _memory(self, n: int) -> None:
+        t0, r = time.perf_counter(), self.reads[n]
+        r["memory"].append(host_memory.read(r["pids"]))
+        r["read_ms"].append(("memory", round((time.perf_counter() - t0) * 1e3, 2)))
+
+    def _counters(self, n: int) -> None:
+        t0, r = time.perf_counter(), self.reads[n]
+        r["counters"].append(cpu_use.snapshot(r["pids"]))
+        r["read_ms"].append(("cpu", round((time.perf_counter() - t0) * 1e3, 2)))
+
+    def before_step(self) -> None:
+        n = self._cycle(self.first)
+        if n is not None:
+            if n not in self.reads:  # no step before the cycle to read memory in
+                self.reads[n] = {"counters": [], "memory": [], "read_ms": [], "pids": self.pids()}
+                self._memory(n)
+            self._counters(n)
+
+    def after_step(self) -> None:
+        before, end = self._cycle(self.first - 1), self._cycle(self.span - 1)
+        self.step += 1
+        if before is not None:  # the step before the cycle's first recorded one: outside the trace
+            self.reads[before] = {"counters": [], "memory": [], "read_ms": [], "pids": self.pids()}
+            self._memory(before)
+        if end is not None and end in self.reads:
+            self._counters(end)
+            self.open = end
+            if not self.hooked:  # no TraceWriter to say when the trace closes: memory now, inside the step
+                self.trace_closed()
+
+    def trace_closed(self) -> None:
+        """The profiler has stopped recording the cycle and not yet written it: host memory's second read."""
+        if self.open is not None:
+            self._memory(self.open)
+            self.open = None
+
+    def figures(self, cycle: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The cycle's CPU use (cpu_use.window_use) and host memory (host_memory.peak); None where it was not
+        read at both edges."""
+        r = self.reads.get(cycle) or {}
+        if len(r.get("counters", [])) < 2:
+            return None, None
+        cpu = cpu_use.window_use(r["counters"][0], r["counters"][1], self.budget)
+        cpu["read_ms"] = [ms for what, ms in r["read_ms"] if what == "cpu"]
+        memory = host_memory.peak(r["memory"]) if len(r["memory"]) == 2 else None
+        if memory is not None:
+            memory["read_ms"] = [ms for what, ms in r["read_ms"] if what == "memory"]
+        return cpu, memory
+
+
 class Pauses:
     """How long the main loop stopped between profiled steps (profiler.step(), trace dumps, the start), how
     long each step took, and, given input_clock (the seconds the loop has spent waiting for batches, so
-    far), how long each step waited for its batch."""
+    far), how long each step waited for its batch. edges: a CycleEdges, whose reads count as pauses."""
 
-    def __init__(self, since: float, input_clock: Callable[[], float] | None = None):
+    def __init__(self, since: float, input_clock: Callable[[], float] | None = None, edges: CycleEdges | None = None):
         self.seconds, self.step_seconds, self.input_seconds = [], [], []
         self._last_end, self._start, self._clock, self._input0 = since, since, input_clock, None
+        self.edges = edges
 
     def before_step(self) -> None:
+        if self.edges:
+            self.edges.before_step()
         self._start = time.perf_counter()
         self.seconds.append(self._start - self._last_end)
         self._input0 = self._clock() if self._clock else None
@@ -225,6 +310,23 @@ class Pauses:
         self._last_end = time.perf_counter()
         self.step_seconds.append(self._last_end - self._start)
         self.input_seconds.append(self._clock() - self._input0 if self._clock else None)
+        if self.edges:
+            self.edges.after_step()
+
+    def account(self, cycles: list[dict[str, Any]]) -> dict[str, Any]:
+        """The loop's timings for the evidence (pauses_s, steps_s, inputs_s); each cycle gains its CPU use and host
+        memory ("cpu", "host_memory"), read at its edges, and a line says them."""
+        for c in cycles if self.edges else []:
+            c["cpu"], c["host_memory"] = self.edges.figures(c["cycle"])
+            if c["cpu"]:
+                print(f"profile: cycle {c['cycle']}: {usage_line(c['cpu'], c['host_memory'])}", file=sys.stderr)
+        return {"pauses_s": self.seconds, "steps_s": self.step_seconds, "inputs_s": self.input_seconds}
+
+
+def loop_pauses(since: float, batches: Any, writer: TraceWriter) -> Pauses:
+    """The profiled loop's Pauses: each step's wait for its batch where batches times it, and each cycle's CPU use
+    and host memory read at its edges (CycleEdges)."""
+    return Pauses(since, input_clock(batches), CycleEdges(batches, writer))
 
 
 def queue_account(loader: dict, args: argparse.Namespace) -> dict:
@@ -237,4 +339,5 @@ def queue_account(loader: dict, args: argparse.Namespace) -> dict:
         "queue": f"{workers} workers x prefetch_factor {factor}" if workers else "no worker processes",
         "device_input": loader["kind"] == "device",
         "on": {k: getattr(args, k) for k in ("amp", "channels_last", "compile")},
+        "run_label": run_label(vars(args)),  # the step pictures' titles name the run by it
     }

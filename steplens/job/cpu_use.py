@@ -1,5 +1,8 @@
 """CPU use over a window: CPU seconds of the main process, its threads and the DataLoader workers, the CPUs used
-against the job's budget, and the cgroup's throttling (cpu.stat), read from /proc and /sys before and after it."""
+against the job's budget, and the cgroup's throttling (cpu.stat), read from /proc and /sys before and after it.
+
+CPU time is read in nanoseconds from /proc/<pid>/task/<tid>/schedstat where the kernel keeps it, else in clock
+ticks from the stat files (10 ms each: too coarse for a profiled cycle of a few steps)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from steplens.job.machine import own_cgroups, walk_up
 
 BUSY_AT = 0.9  # CPUs used at this share of the budget or more: the job used up its CPUs
 THROTTLED_AT = 0.05  # throttled for this share of the window or more: the cgroup held the job back
+COARSE_AT = 0.1  # CPUs used read to worse than this share of the budget: too coarse to judge the budget
 
 
 def _stat_ticks(path: str) -> int | None:
@@ -21,6 +25,31 @@ def _stat_ticks(path: str) -> int | None:
     except (OSError, IndexError):
         return None
     return int(rest[11]) + int(rest[12])  # fields 14 and 15 of proc(5), after "pid (comm)"
+
+
+def _run_ns(path: str) -> int | None:
+    """The CPU time (ns) a task has run, the first field of a schedstat file; None where it is missing."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _tasks_ns(pid: int) -> dict[str, int]:
+    """Each thread's CPU time (ns) from schedstat; empty where it cannot be read."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    found = {tid: _run_ns(f"/proc/{pid}/task/{tid}/schedstat") for tid in tids}
+    return {tid: ns for tid, ns in found.items() if ns is not None}
+
+
+def _process_ns(pid: int) -> int | None:
+    """A process's CPU time (ns), its live threads added up; None where it is gone or has no schedstat."""
+    tasks = _tasks_ns(pid)
+    return sum(tasks.values()) if tasks else None
 
 
 def _switches(pid: int) -> int | None:
@@ -75,36 +104,46 @@ def _cgroup_stats(cgroup_root: str, proc_cgroup: str) -> dict[str, dict[str, int
 def snapshot(
     worker_pids: list[int], cgroup_root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup"
 ) -> dict[str, Any]:
-    """The counters at one moment: wall clock, the main process's threads, each worker's CPU ticks, context
-    switches, and the cgroups' cpu.stat."""
+    """The counters at one moment: wall clock, the main process's threads, each worker's CPU ticks (and both in
+    ns from schedstat, where the kernel keeps it), context switches, and the cgroups' cpu.stat."""
     me = os.getpid()
     return {
         "wall_ns": time.time_ns(),
         "threads": _threads(me),
         "workers": {pid: _stat_ticks(f"/proc/{pid}/stat") for pid in worker_pids},
+        "threads_ns": _tasks_ns(me),
+        "workers_ns": {pid: _process_ns(pid) for pid in worker_pids},
         "switches": {pid: _switches(pid) for pid in [me, *worker_pids]},
         "cgroups": _cgroup_stats(cgroup_root, proc_cgroup),
     }
 
 
+def _clocked(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, dict, dict, dict, float, str]:
+    """The per-thread and per-worker counters of both snapshots on one clock, its unit in seconds, and its name:
+    schedstat's ns where both snapshots have them (a kernel that keeps no schedstats reads 0), else clock ticks."""
+    if before.get("threads_ns") and after.get("threads_ns") and sum(after["threads_ns"].values()) > 0:
+        return before["threads_ns"], after["threads_ns"], before["workers_ns"], after["workers_ns"], 1e-9, "schedstat"
+    ticks = lambda threads: {tid: t for tid, (_, t) in threads.items()}  # noqa: E731
+    unit = 1 / os.sysconf("SC_CLK_TCK")
+    return ticks(before["threads"]), ticks(after["threads"]), before["workers"], after["workers"], unit, "ticks"
+
+
 def window_use(before: dict[str, Any], after: dict[str, Any], budget_cpus: float | None) -> dict[str, Any]:
     """What the window used: CPU seconds per part, CPUs used against the budget, throttling, and a sentence."""
-    tick = os.sysconf("SC_CLK_TCK")
     seconds = (after["wall_ns"] - before["wall_ns"]) / 1e9
+    threads_0, threads_1, workers_0, workers_1, unit, clock = _clocked(before, after)
+    names = {tid: name for tid, (name, _) in after["threads"].items()}
     threads = {
-        tid: (name, (ticks - before["threads"][tid][1]) / tick)
-        for tid, (name, ticks) in after["threads"].items()
-        if tid in before["threads"]
+        tid: (names.get(tid, "?"), (v - threads_0[tid]) * unit) for tid, v in threads_1.items() if tid in threads_0
     }
     main_s = sum(s for _, s in threads.values())
     workers = {
-        str(pid): None
-        if ticks is None or before["workers"].get(pid) is None
-        else (ticks - before["workers"][pid]) / tick
-        for pid, ticks in after["workers"].items()
+        str(pid): None if v is None or workers_0.get(pid) is None else (v - workers_0[pid]) * unit
+        for pid, v in workers_1.items()
     }
     gone = [pid for pid, s in workers.items() if s is None]
     total = main_s + sum(s for s in workers.values() if s)
+    counted = len(threads) + len(workers) - len(gone)
     out = {
         "window_s": round(seconds, 4),
         "main_cpu_s": round(main_s, 3),
@@ -114,6 +153,9 @@ def window_use(before: dict[str, Any], after: dict[str, Any], budget_cpus: float
         "workers_cpu_s": {pid: None if s is None else round(s, 3) for pid, s in workers.items()},
         "cpus_used": round(total / seconds, 3) if seconds > 0 else None,
         "budget_cpus": budget_cpus,
+        "cpu_clock": clock,
+        # each counted thread or process read to one unit of its clock at either end of the window
+        "resolution_cpus": round(counted * unit / seconds, 4) if seconds > 0 else None,
         "nonvoluntary_switches": {
             str(pid): after["switches"][pid] - before["switches"][pid]
             for pid in after["switches"]
@@ -145,13 +187,19 @@ def throttling(before: dict[str, dict[str, int]], after: dict[str, dict[str, int
 
 
 def cpu_sentence(use: dict[str, Any]) -> tuple[bool | None, str | None]:
-    """Whether the job was CPU-bound (its budget used up, or the cgroup throttled it), and the sentence."""
+    """Whether the job was CPU-bound (its budget used up, or the cgroup throttled it), and the sentence. Where the
+    clock reads the window too coarsely (resolution_cpus above COARSE_AT of the budget), the budget is not judged."""
     used, budget, share = use["cpus_used"], use["budget_cpus"], use["throttled_share"]
     if used is None:
         return None, None
     said = f"{used:.2f} of the budget's {budget:g} CPUs used" if budget else f"{used:.2f} CPUs used"
+    coarse = bool(budget) and (use.get("resolution_cpus") or 0) > COARSE_AT * budget
+    if coarse:
+        said += f" (+/- {use['resolution_cpus']:.2f}: the window is too short for the clock ticks to judge the budget)"
     if share is not None:
         said += f", throttled {100 * share:.0f}% of the window"
-    full = bool(budget) and used >= BUSY_AT * budget
+    full = bool(budget) and not coarse and used >= BUSY_AT * budget
     throttled = share is not None and share >= THROTTLED_AT
-    return full or throttled, f"{said}: CPU-bound" if full or throttled else said
+    if full or throttled:
+        return True, f"{said}: CPU-bound"
+    return (None if coarse else False), said

@@ -57,3 +57,28 @@ def read(worker_pids: list[int], proc: str = "/proc", shm: str = "/dev/shm") -> 
         **shared_memory(shm),
         "note": "PSS and /dev/shm use when read (just after the window); peak RSS since each process started",
     }
+
+
+def _largest(values: list[float | None]) -> float | None:
+    return None if not values or None in values else max(values)
+
+
+def peak(reads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The largest of several reads (read() at a window's edges): PSS of the main process, of the workers, and of
+    both together, and /dev/shm's use; each peak resident set from the last read (VmHWM only grows). A figure is
+    None where a read lacks it. Reads at the edges only: a lower bound of the peak inside the window."""
+    parts = [(r["main_pss_mb"], r["workers_pss_mb"]) for r in reads]
+    total = _largest([None if m is None or w is None else m + w for m, w in parts])
+    last = reads[-1] if reads else {}
+    return {
+        "pss_peak_mb": None if total is None else round(total, 1),
+        "main_pss_peak_mb": _largest([m for m, _ in parts]),
+        "workers_pss_peak_mb": _largest([r["workers_pss_mb"] for r in reads]),
+        "shm_peak_mb": _largest([r["shm_used_mb"] for r in reads]),
+        "shm_size_mb": last.get("shm_size_mb"),
+        "main_peak_rss_mb": last.get("main_peak_rss_mb"),
+        "workers_peak_rss_mb": {pid: w["peak_rss_mb"] for pid, w in (last.get("workers") or {}).items()},
+        "reads": len(reads),
+        "note": "the largest of the reads at the window's edges: a lower bound of the peak inside it; peak RSS "
+        "(VmHWM) since each process started",
+    }

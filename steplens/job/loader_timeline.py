@@ -312,20 +312,25 @@ def into_traces(cycles: list[dict[str, Any]], batches: Any) -> dict[str, Any] | 
 
 
 def window_start(batches: Any) -> dict[str, Any]:
-    """Bench mode, just before the timed window: the wall clock and the CPU counters (cpu_use.snapshot)."""
+    """Bench mode, just before the timed window: host memory (host_memory.read, under "memory"), then the wall
+    clock and the CPU counters (cpu_use.snapshot)."""
     pids = batches.worker_pids() if hasattr(batches, "worker_pids") else []
-    return cpu_use.snapshot(pids)
+    memory = host_memory.read(pids)
+    return {**cpu_use.snapshot(pids), "memory": memory}
 
 
 def after_window(batches: Any, start: dict[str, Any], end_ns: int) -> dict[str, Any] | None:
     """Bench mode, after the timed window: the CPU counters and host memory first, then the batches the workers
     queued during the window are taken (untimed) so that their times count; the window's figures, with its CPU
-    use under "cpu" and memory under "memory". None without a DataLoader."""
+    use under "cpu" and memory under "memory" (as read after the window, and the larger of that read and the one
+    before it: pss_peak_mb, shm_peak_mb). None without a DataLoader."""
     timeline = getattr(batches, "timeline", None)
     if timeline is None:
         return None
     cpu = cpu_use.window_use(start, cpu_use.snapshot(list(start["workers"])), cpu_budget()["cpus"])
     memory = host_memory.read(list(start["workers"]))
+    edges = host_memory.peak([start["memory"], memory]) if start.get("memory") else {}
+    memory.update({k: edges.get(k) for k in ("pss_peak_mb", "main_pss_peak_mb", "workers_pss_peak_mb", "shm_peak_mb")})
     for _ in range(timeline.queue_depth):
         next(batches)
     figures = window_figures(timeline.records(), [(start["wall_ns"], end_ns)], timeline.workers)
@@ -341,6 +346,7 @@ def outputs(figures: dict[str, Any] | None) -> dict[str, Any]:
         "input_verdict": figures["verdict"],
         "input_workers_limit": figures["workers_limit"],
         "input_supply_ms": figures["supply_ms"],
+        "input_supply_per_sec": figures["supply_per_sec"],
         "input_demand_ms": figures["demand_ms"],
         "input_ready_share": figures["ready_share"],
         "input_make_ms": figures["make_ms"]["median"],
@@ -352,5 +358,6 @@ def outputs(figures: dict[str, Any] | None) -> dict[str, Any]:
     out.update(cpus_used=cpu.get("cpus_used"), cpu_throttled_share=cpu.get("throttled_share"))
     out.update(cpu_bound=cpu.get("cpu_bound"), cpu_sentence=cpu.get("cpu_sentence"))
     memory = figures.get("memory") or {}
-    out.update({k: memory.get(k) for k in ("main_pss_mb", "workers_pss_mb", "shm_used_mb", "shm_size_mb")})
+    kept = ("main_pss_mb", "workers_pss_mb", "shm_used_mb", "shm_size_mb", "pss_peak_mb", "shm_peak_mb")
+    out.update({k: memory.get(k) for k in kept})
     return {k: v for k, v in out.items() if v is not None}

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from steplens.atomic import write_atomic, write_json_atomic
 from steplens.evidence import picture
+from steplens.evidence.formatting import run_label
 from steplens.evidence.ranks import RanksError, across, format_text, headline, rank_figures
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def draw_ranks(every: list[dict[str, Any]], record: RunRecord, said: str) -> lis
             picture.draw_groups(
                 [(f"rank {f['rank']} ", c["rows"]) for f, c in zip(by_rank, cycle)],
                 path,
-                f"cycle {k + 1}, every rank",
+                f"{run_label(record['settings'])}: cycle {k + 1}, every rank",
                 said,
                 all(c["has_gpu"] for c in cycle),
                 any(c["gpu_slots"] for c in cycle),

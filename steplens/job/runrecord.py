@@ -378,6 +378,8 @@ def log_cycles(record: RunRecord, results: dict[str, Any]) -> dict[str, Any]:
         }
     )
     outputs.update(loader_timeline.outputs(results.get("input")))  # the DataLoader's figures over the cycles
+    for c in results["cycles"]:  # CPU use and host memory read at each cycle's edges (capture.CycleEdges)
+        outputs.update({f"cycle{c['cycle']}_{k}": v for k, v in usage_outputs(c).items() if v is not None})
     outputs.update(
         {
             f"cycle{c['cycle']}_launches_without_gpu_work": c["launches_without_gpu_work"]
@@ -386,6 +388,23 @@ def log_cycles(record: RunRecord, results: dict[str, Any]) -> dict[str, Any]:
         }
     )
     return outputs
+
+
+USAGE_OUTPUTS = {  # Polyaxon output: (part of the cycle, its key)
+    "cpus_used": ("cpu", "cpus_used"),
+    "cpu_throttled_share": ("cpu", "throttled_share"),
+    "cpu_bound": ("cpu", "cpu_bound"),
+    "cpu_sentence": ("cpu", "cpu_sentence"),
+    "pss_peak_mb": ("host_memory", "pss_peak_mb"),
+    "main_pss_peak_mb": ("host_memory", "main_pss_peak_mb"),
+    "workers_pss_peak_mb": ("host_memory", "workers_pss_peak_mb"),
+    "shm_peak_mb": ("host_memory", "shm_peak_mb"),
+}
+
+
+def usage_outputs(cycle: dict[str, Any]) -> dict[str, Any]:
+    """A profiled cycle's CPU use and host memory as flat outputs (the caller adds cycleN_); None where unread."""
+    return {name: (cycle.get(part) or {}).get(key) for name, (part, key) in USAGE_OUTPUTS.items()}
 
 
 def record_stop(record: RunRecord | None, stop: Any) -> int:

@@ -177,6 +177,6 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
             f"captured with, so the ramp must end in the warm-up's eager steps: give "
             f"--lr-warmup-steps < --warmup-steps ({args.warmup_steps}), not {args.lr_warmup_steps}"
         )
-    distributed.check(args, parser.error)
     phases.check(args, parser.error)  # after the options' own refusals: a phase names the option it cannot use
+    distributed.check(args, parser.error)
     return args

@@ -262,6 +262,61 @@ def damage_lines(ev: dict[str, Any]) -> list[str]:
     return [f"damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})" for d in ev.get("damage", [])]
 
 
+def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
+    """The lines under the table about one trace: its input source, damage, absent scopes, saves, memory (a table
+    when table), Perfetto, the idle basis and the notes."""
+    parts = []
+    src = ev["input_source"]
+    parts.append(
+        f"{ev['trace']}: "
+        + (
+            f"input read from {src['name']} ({src['kind']})"
+            if src["name"] and not src["null_reason"]
+            else f"no input figures: {src['null_reason']}"
+        )
+    )
+    for d in ev.get("damage", []):
+        parts.append(f"{ev['trace']}: damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})")
+    absent = [n for n in ev.get("scope_set") or SCOPES if n not in ev["scopes_present"]]
+    if absent:
+        parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
+    parts += [f"{ev['trace']}: {line}" for line in save_lines(ev.get("saves"))]
+    parts += format_memory(ev, table)
+    drops = ev.get("perfetto_drops", {}).get("count")
+    parts.append(
+        f"{ev['trace']}: "
+        + (
+            f"Perfetto before v57.1 would drop {drops} complete events that cross "
+            "others on their track (docs/PERFETTO.md)"
+            if drops
+            else "every complete event nests: every Perfetto version shows them all"
+        )
+    )
+    if not ev["has_gpu"]:
+        parts.append(f"{ev['trace']}: {NO_GPU}")
+        return parts
+    parts.append(
+        f"{ev['trace']}: "
+        + (
+            "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
+            if ev["idle_basis"] == "gpu_timeline"
+            else "idle time is read on the CPU's steps: the GPU keeps up with the CPU (idle_basis cpu_steps)"
+        )
+    )
+    for note in ev["notes"]:
+        parts.append(f"{ev['trace']}: {note}")
+    for s in ev["steps"]:
+        if s["gpu_span_null_reason"] and s["gpu_work_us"]:
+            parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
+    if ev["crossing_slices"]["count"]:
+        parts.append(
+            f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
+            "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
+            "traces are repaired (docs/PERFETTO.md)"
+        )
+    return parts
+
+
 def format_table(evidences: list[dict[str, Any]]) -> str:
     """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
     parts = []
@@ -300,53 +355,6 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
     parts.append(_table(header, rows))
     parts += format_classes(evidences)
     for ev in evidences:
-        src = ev["input_source"]
-        parts.append(
-            f"{ev['trace']}: "
-            + (
-                f"input read from {src['name']} ({src['kind']})"
-                if src["name"] and not src["null_reason"]
-                else f"no input figures: {src['null_reason']}"
-            )
-        )
-        for d in ev.get("damage", []):
-            parts.append(f"{ev['trace']}: damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})")
-        absent = [n for n in ev.get("scope_set") or SCOPES if n not in ev["scopes_present"]]
-        if absent:
-            parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
-        parts += [f"{ev['trace']}: {line}" for line in save_lines(ev.get("saves"))]
-        parts += format_memory(ev, len(evidences) == 1)
-        drops = ev.get("perfetto_drops", {}).get("count")
-        parts.append(
-            f"{ev['trace']}: "
-            + (
-                f"Perfetto before v57.1 would drop {drops} complete events that cross "
-                "others on their track (docs/PERFETTO.md)"
-                if drops
-                else "every complete event nests: every Perfetto version shows them all"
-            )
-        )
-        if not ev["has_gpu"]:
-            parts.append(f"{ev['trace']}: {NO_GPU}")
-            continue
-        parts.append(
-            f"{ev['trace']}: "
-            + (
-                "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
-                if ev["idle_basis"] == "gpu_timeline"
-                else "idle time is read on the CPU's steps: the GPU keeps up with the CPU (idle_basis cpu_steps)"
-            )
-        )
-        for note in ev["notes"]:
-            parts.append(f"{ev['trace']}: {note}")
-        for s in ev["steps"]:
-            if s["gpu_span_null_reason"] and s["gpu_work_us"]:
-                parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
-        if ev["crossing_slices"]["count"]:
-            parts.append(
-                f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
-                "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
-                "traces are repaired (docs/PERFETTO.md)"
-            )
+        parts += trace_lines(ev, len(evidences) == 1)
     parts.append(f"note: {CAVEAT}")
     return "\n".join(parts) + "\n"

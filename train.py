@@ -20,6 +20,8 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
         --channels-last --amp bf16 --fused-sgd
     # CPU only, tiny
     python train.py --mode profile --device cpu --data synthetic --batch-size 16 --warmup-steps 2
+    # validation on a held-out set, or checkpoint saves, captured instead of training (steplens/job/phases.py)
+    python train.py --mode profile --profile-phase validation --workers 4
     # DDP, one process per GPU (steplens/job/distributed.py); on the CPU through gloo with --device cpu
     torchrun --nproc-per-node 2 train.py --ddp --mode profile --workers 4
     steplens ranks OUTPUTS/traces           # the evidence across ranks: the slow rank and its stage
@@ -37,7 +39,7 @@ import traceback
 from steplens import scopes
 from steplens.errors import UserError
 from steplens.evidence import attribution, cycle_evidence, flops
-from steplens.job import bench_outputs, capture, checks, distributed, learning, machine, rank_outputs, runrecord
+from steplens.job import bench_outputs, capture, checks, distributed, learning, machine, phases, rank_outputs, runrecord
 from steplens.job.data import (
     CIFAR10_MEAN,
     CIFAR10_STD,
@@ -61,7 +63,7 @@ from steplens.speedups import options
 # --------------------------------------------------------------------------- data and loader
 
 
-def build_loader(dataset, args, device, world):
+def build_loader(dataset, args, device, world, shuffle=True):
     """The tutorial's DataLoader: --workers processes run the PIL transforms; pinned memory on CUDA."""
     import torch
 
@@ -76,7 +78,7 @@ def build_loader(dataset, args, device, world):
     return torch.utils.data.DataLoader(
         dataset,
         batch_size=args.batch_size,
-        shuffle=sampler is None,
+        shuffle=shuffle and sampler is None,
         sampler=sampler,
         num_workers=args.workers,
         pin_memory=device.type == "cuda",
@@ -154,7 +156,7 @@ def make_step(batches, model, criterion, optimizer, to_device, autocast):
 
 
 def build_step(batches, device, args, world, lr):
-    """Model, loss, SGD at lr (learning.learning_rate) and the step the mode runs: the tutorial's, or its replay."""
+    """Model, loss, SGD at lr (learning.learning_rate): the step the mode runs (or its replay), model and optimizer."""
     import torch
 
     memory_format, autocast = options.precision(device, args)
@@ -188,10 +190,11 @@ def build_step(batches, device, args, world, lr):
     )
     step = learning.ramped(step, optimizer, lr, args.lr_warmup_steps)  # --lr-warmup-steps; else step itself
     if not args.cuda_graph:
-        return step
+        return step, (model, optimizer)
     from steplens.speedups.cuda_graph import CapturedStep
 
-    return CapturedStep(device, step, batches, model, criterion, optimizer, memory_format, autocast, args.channels_last)
+    captured = (model, criterion, optimizer, memory_format, autocast, args.channels_last)
+    return CapturedStep(device, step, batches, *captured), (model, optimizer)
 
 
 # --------------------------------------------------------------------------- warm-up
@@ -348,7 +351,7 @@ def main(argv=None):
         record.log_outputs(effective_lr=rate["effective_lr"])
         if rate["ramp_note"]:
             print(f"train.py: warning: {rate['ramp_note']}", file=sys.stderr)
-        step = build_step(batches, device, args, world, rate["effective_lr"])
+        step, parts = build_step(batches, device, args, world, rate["effective_lr"])
         world.seed_per_rank(np, random, args.seed)  # weights alike on every rank, augmentation not
         if args.mode == "bench":  # counted once, on shapes alone, before anything is timed
             record["flops"] = flops.training_flops(build_model)
@@ -357,24 +360,21 @@ def main(argv=None):
         record.log_steps("warmup_step_seconds", dict(enumerate(record["warmup_step_seconds"], start=1)))
         if args.cuda_graph:
             record["cuda_graph"] = step.info
-
+        held_out = lambda d: build_loader(d, args, device, world, shuffle=False)  # --profile-phase validation's
+        phase = phases.Phase(args, device, parts, record.out_dir, held_out)  # --profile-phase (steplens/job/phases.py)
         if args.mode == "profile":
-            results = run_profile(step, device, record.out_dir, args, facts["loader"], stop, world, batches)
+            step, captured, loader = phase.for_capture(step, batches, facts.get("loader"), stop)  # train: as they are
+            results = run_profile(step, device, record.out_dir, args, loader, stop, world, captured)
             record["results"] = results
             outputs = runrecord.log_cycles(record, results)
             outputs.update(rank_outputs.profile_evidence(world, record, results))  # DDP: the slow rank and its stage
         else:
             record["results"] = results = run_bench(step, device, batches, args, stop, world)
-            flops.add_ceiling(
-                device,
-                results,
-                record["flops"]["flops_per_sample"],
-                record["environment"]["gpu"],
-                args.amp,
-                world.world_size,
-            )
+            phase.bench(results, stop)  # after the window: the held-out window's rate, or timed saves
+            gpu, per_sample = record["environment"]["gpu"], record["flops"]["flops_per_sample"]
+            flops.add_ceiling(device, results, per_sample, gpu, args.amp, world.world_size)
             outputs = bench_outputs.log_bench(record, results, args)
-        record["epoch_restarts"] = batches.epoch_restarts
+        record["epoch_restarts"], record["phase"] = batches.epoch_restarts, phase.facts()
         runrecord.finish_record(world, record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run
     except StopRequested as e:
         return runrecord.record_stop(record, e)

@@ -59,6 +59,7 @@ LAYERS = {
         "steplens.job.data",
         "steplens.job.learning",
         "steplens.job.capture",
+        "steplens.job.phases",
         "steplens.job.distributed",
         "steplens.job.rank_outputs",
         "steplens.job.bench_outputs",

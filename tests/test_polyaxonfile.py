@@ -39,6 +39,9 @@ DOCUMENTED = [
     },
     {"mode": "profile", "gpu_input": True, "channels_last": True},
     {"mode": "profile", "workers": 2, "profile_detail": "lean"},
+    {"mode": "profile", "workers": 4, "profile_phase": "validation"},
+    {"mode": "profile", "profile_phase": "checkpoint", "checkpoint_every": 3},
+    {"mode": "bench", "workers": 4, "profile_phase": "validation"},
     {
         "mode": "bench",
         "gpu_input": True,
@@ -98,6 +101,8 @@ def test_resolved_command_parses_into_the_same_settings(params):
         "repeat": None,
         "trace_format": "json.gz",
         "profile_detail": "full",
+        "profile_phase": "train",
+        "checkpoint_every": None,
         "amp": "off",
         "compile": "off",
         "persistent_workers": False,
@@ -132,6 +137,8 @@ def test_every_input_reaches_train_py():
         "cudnn_benchmark": "true",
         "profile_detail": "lean",
         "scale_lr": "true",
+        "profile_phase": "checkpoint",
+        "checkpoint_every": "2",
     }
     _, compiled = compile_polyaxonfile(everything)
     script = compiled.run.container.args[0]
@@ -173,6 +180,8 @@ def test_runtime_install_and_inventory_then_exec():
         ("lr=abc", "Cannot convert value `abc`"),
         ("lr_warmup_steps=-5", "lr_warmup_steps"),
         ("profile_detail=minimal", "must be one of the values"),
+        ("profile_phase=test", "must be one of the values"),
+        ("checkpoint_every=0", "checkpoint_every"),
     ],
 )
 def test_polyaxon_check_refuses_bad_params(param, message):

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from steplens.scopes import NEXT_BATCH, SCOPES
+from steplens.scopes import SCOPES
 from steplens.trace import kernels
 from steplens.trace.intervals import complement, intersect, total, union
 from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, LOADER_PREFIX, SYNC_CALLS, Trace
@@ -160,9 +160,9 @@ def idle_figures(
     inputs: the merged slices of the input source (input_source), or None when the trace has none.
 
     host wait: idle time while the GPU waited for the host (nothing was queued), split by the scope the
-    host was in (waits_by_scope_us; OUTSIDE_SCOPES for the rest). input gap: the host wait inside the input
-    source's slices (null without a source). GPU-side gaps between queued kernels are idle, but no wait for
-    the host.
+    host was in (waits_by_scope_us, over the scopes given; OUTSIDE_SCOPES for the rest). input gap: the host
+    wait inside the input source's slices (null without a source). GPU-side gaps between queued kernels are
+    idle, but no wait for the host.
     lanes: also the GPU lane as [kind, start, end] segments (busy, input gap, other idle), sorted.
     """
     if not span:
@@ -172,7 +172,7 @@ def idle_figures(
     idle = union([iv for a, b in span for iv in complement(busy.merged, a, b)])
     idle_us = total(idle)
     waiting = busy.host_wait(idle)
-    waits = {n: total(intersect(waiting, scopes[n])) for n in SCOPES}
+    waits = {n: total(intersect(waiting, scopes[n])) for n in scopes}
     waits[OUTSIDE_SCOPES] = max(0.0, total(waiting) - sum(waits.values()))
     gaps = intersect(waiting, inputs) if inputs is not None else []
     gap_us = total(gaps) if inputs is not None else None
@@ -202,9 +202,12 @@ def idle_figures(
     return out
 
 
-def input_source(t: Trace, input_scope: str | None = None) -> tuple[dict[str, Any], list[list[float]] | None]:
-    """Where the step waits for input: --input-scope when given, else the input/next_batch scope, else the
-    DataLoader's own annotation. Returns ({"name", "kind", "null_reason"}, merged slices or None)."""
+def input_source(
+    t: Trace, input_scope: str | None = None, names: tuple[str, ...] = SCOPES
+) -> tuple[dict[str, Any], list[list[float]] | None]:
+    """Where the step waits for input: --input-scope when given, else the input scope of the trace's scope set
+    (names[0]: input/next_batch, or eval/next_batch in a validation capture), else the DataLoader's own
+    annotation. Returns ({"name", "kind", "null_reason"}, merged slices or None)."""
     if input_scope:
         if t.scopes.get(input_scope) or t.named.get(input_scope):
             return (
@@ -219,8 +222,8 @@ def input_source(t: Trace, input_scope: str | None = None) -> tuple[dict[str, An
             },
             None,
         )
-    if t.scopes.get(NEXT_BATCH):
-        return {"name": NEXT_BATCH, "kind": "scope", "null_reason": None}, union(t.scopes[NEXT_BATCH])
+    if t.scopes.get(names[0]):
+        return {"name": names[0], "kind": "scope", "null_reason": None}, union(t.scopes[names[0]])
     if t.loader:
         return (
             {"name": LOADER_PREFIX + "...__next__", "kind": "DataLoader annotation", "null_reason": None},
@@ -294,9 +297,9 @@ def gpu_slots(
 def cpu_lane(
     scopes: dict[str, list[list[float]]], a: float, b: float, inputs: list[list[float]] | None = None
 ) -> list[list[Any]]:
-    """The four scopes' slices inside one step [a, b), as [scope, start, end], sorted; inputs: an input
-    source that is not one of them (the DataLoader's annotation, --input-scope), drawn as "input"."""
-    lane = [[n, s, e] for n in SCOPES for s, e in intersect(scopes[n], [[a, b]])]
+    """The scopes' slices inside one step [a, b), as [scope, start, end], sorted; inputs: an input source
+    that is not one of them (the DataLoader's annotation, --input-scope), drawn as "input"."""
+    lane = [[n, s, e] for n in scopes for s, e in intersect(scopes[n], [[a, b]])]
     lane += [["input", s, e] for s, e in intersect(inputs or [], [[a, b]])]
     return sorted(lane, key=lambda x: x[1])
 
@@ -317,3 +320,26 @@ def pooled_classes(windows: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     for c in pooled.values():
         c["share"] = c["ms_per_step"] * steps * 1e3 / busy
     return {"kernel_classes": pooled, "gpu_top_classes": kernels.top_classes(pooled)}
+
+
+def save_figures(
+    steps: list[tuple[int, float, float]], saves: list[list[float]], busy: Busy | None
+) -> list[dict[str, Any]]:
+    """Each checkpoint/save slice: the step that holds it, its length, its share of that step, and the GPU's
+    idle time during it (busy: the GPU's merged busy time; None on a CPU-only trace, where the idle is null).
+    Invariant: idle_us <= save_us <= the step's wall time."""
+    in_step = SliceFinder([(a, b, (num, b - a)) for num, a, b in steps])
+    out = []
+    for s, e in sorted(saves):
+        held = in_step(s)
+        idle = None if busy is None else total(complement(busy.merged, s, e))
+        out.append(
+            {
+                "step": held[0] if held else None,
+                "save_us": e - s,
+                "share_of_step": (e - s) / held[1] if held and held[1] else None,
+                "gpu_idle_us": idle,
+                "gpu_idle_null_reason": NO_GPU if busy is None else None,
+            }
+        )
+    return out

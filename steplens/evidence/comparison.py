@@ -12,7 +12,17 @@ from steplens.stats import ALPHA, pairs_needed, sign_test, significance
 from steplens.trace.reader import TraceError
 
 LOSS_TOLERANCE, LOSS_FLOOR = 0.10, 0.05  # worse: final loss > baseline + max(0.10 x baseline, 0.05)
-IGNORED = {"repeat", "output_dir", "data_dir", "mode", "trace_format", "profile_detail"}
+# profile_phase and checkpoint_every leave the training window as it is: a bench run of any phase has its rate
+IGNORED = {
+    "repeat",
+    "output_dir",
+    "data_dir",
+    "mode",
+    "trace_format",
+    "profile_detail",
+    "profile_phase",
+    "checkpoint_every",
+}
 
 
 # A profile run has no bench window: its evidence stands beside a group whatever the window's length.
@@ -496,7 +506,11 @@ def matching_evidence(
     matches = [
         r
         for r in records
-        if r["mode"] == "profile" and r["status"] == "succeeded" and same(r) and r["outputs"].get("profiled_step_ms")
+        if r["mode"] == "profile"
+        and r["status"] == "succeeded"
+        and same(r)
+        and r["outputs"].get("profiled_step_ms")
+        and r["settings"].get("profile_phase", "train") == "train"  # a validation or save capture: not the step's
     ]
     if not matches:
         return None

@@ -17,7 +17,6 @@ from steplens.evidence.distortion import (
     ratio_se,
     refills,
 )
-from steplens.scopes import NEXT_BATCH
 from steplens.stats import t975
 
 
@@ -210,14 +209,14 @@ def loop_timings(
 ) -> tuple[list[float | None], dict[int, float], dict[int, float]]:
     """Each loop step's compute time (its time less its wait for input) and the waits of WAITED_AT of a
     batch's time or more ({step: seconds}), from the capture's own measurements where it has them (steps_s,
-    inputs_s), else from the traces (a ProfilerStep's wall time less its input/next_batch); a step neither
+    inputs_s), else from the traces (a ProfilerStep's wall time less its input scope); a step neither
     covers gets the mean compute time of the others (the schedule's wait and warm-up steps in runs recorded
     before the loop timed its waits)."""
     n = len(capture["pauses_s"])
     pad = lambda xs: (list(xs or []) + [None] * n)[:n]  # noqa: E731
     took, waited = pad(capture.get("steps_s")), pad(capture.get("inputs_s"))
     traced = {
-        s["step"]: (s["wall_us"] / 1e6, (s["scopes_cpu_us"].get(NEXT_BATCH) or 0.0) / 1e6)
+        s["step"]: (s["wall_us"] / 1e6, (s["scopes_cpu_us"].get(evidences[c["cycle"]]["scope_set"][0]) or 0.0) / 1e6)
         for c in cycles
         for s in evidences[c["cycle"]]["steps"]
         if 0 <= s["step"] < n

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.evidence.attribution import EPS_US, NO_GPU, NO_INPUT, OUTSIDE_SCOPES, pooled_classes
-from steplens.scopes import NEXT_BATCH, SCOPES
+from steplens.scopes import EVAL_FORWARD, EVAL_TO_DEVICE, SAVE, SCOPES
 
 
 def headline(evidences: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,6 +86,12 @@ def headline(evidences: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]
     return out
 
 
+SAVE_NEXT = (
+    "save less often (--checkpoint-every), or copy the state to host memory and write the file from a "
+    "background thread, then measure the save with mode=bench"
+)
+
+
 # The tutorial's decision rule: the stage that holds the largest part of the step, and what to try next.
 # On a GPU trace the parts are the GPU's busy time and its waits for the host, split by the scope the host
 # was in (the input gap is the wait inside input/next_batch); on a CPU-only trace, the four scopes' CPU time.
@@ -118,6 +124,21 @@ STAGES = {  # part: (stage in the tutorial's words, what shows it with {p} for i
         "the GPU sits idle waiting for train/optimizer's launches for {p} of the step",
         "one fused update kernel (--fused-sgd), then measure with mode=bench",
     ),
+    EVAL_TO_DEVICE: (
+        "copying input to the GPU",
+        "the GPU sits idle while eval/to_device runs for {p} of the step",
+        "pinned memory and a non-blocking copy of each held-out batch, then measure with mode=bench",
+    ),
+    EVAL_FORWARD: (
+        "host-side launch overhead",
+        "the GPU sits idle waiting for eval/forward's kernel launches for {p} of the step",
+        "fewer, larger launches (--compile default, a larger batch), then measure with mode=bench",
+    ),
+    SAVE: (
+        "saving a checkpoint",
+        "the GPU sits idle while checkpoint/save runs for {p} of the step",
+        SAVE_NEXT,
+    ),
     OUTSIDE_SCOPES: (
         "host work outside the four scopes",
         "the GPU sits idle waiting for the host outside the four scopes for {p} of the step",
@@ -141,11 +162,21 @@ CPU_STAGES = {
     "input/to_device": ("copying input", "look at the copy's CPU cost in the trace"),
     "train/forward_backward": ("CPU compute (forward and backward)", "profile on a GPU to see what the GPU would do"),
     "train/optimizer": ("the optimizer", "--fused-sgd, or profile on a GPU"),
+    EVAL_TO_DEVICE: ("copying input", "look at the copy's CPU cost in the trace"),
+    EVAL_FORWARD: ("CPU compute (the forward pass)", "profile on a GPU to see what the GPU would do"),
+    SAVE: ("saving a checkpoint", SAVE_NEXT),
     OUTSIDE_SCOPES: ("CPU work outside the input", "add the four scopes to the loop to tell it apart"),
 }
 
 
 HOST_SCOPES = SCOPES[1:]  # the scopes after the input: a GPU wait inside them is no input wait
+
+
+def scope_names(evidences: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The scopes the traces were read by (summarize's scope_set: a phase's, steplens/scopes.py); the four
+    training scopes for evidence written before phases, or when the traces disagree."""
+    sets = {tuple(ev.get("scope_set") or SCOPES) for ev in evidences}
+    return sets.pop() if len(sets) == 1 else SCOPES
 
 
 GPU_BOUND_AT = 0.5  # busy for at least this share of the step: GPU compute holds it; else what the GPU waits for
@@ -224,7 +255,7 @@ def _foreign_next(part, loader):
     return STAGES[part][2] if part in STAGES and "--" not in STAGES[part][2] else CPU_STAGES[OUTSIDE_SCOPES][1]
 
 
-def _gpu_shares(parts, has_scopes):
+def _gpu_shares(parts, has_scopes, hosts=HOST_SCOPES):
     """Shares of the step: GPU busy, communication, and each thing the idle GPU waited for."""
     pace = sum(p["pace_us"] for p in parts)
     gap = sum_known(parts, lambda p: p.get("input_gap_us"))
@@ -233,7 +264,7 @@ def _gpu_shares(parts, has_scopes):
     if comm:
         shares["communication"] = comm / pace
     waited = sum(p["host_wait_us"] for p in parts)
-    host = {n: sum(p["waits_by_scope_us"].get(n, 0.0) for p in parts) for n in HOST_SCOPES} if has_scopes else {}
+    host = {n: sum(p["waits_by_scope_us"].get(n, 0.0) for p in parts) for n in hosts} if has_scopes else {}
     if gap is not None:
         shares["input"] = gap / pace
     shares.update({n: v / pace for n, v in host.items()})
@@ -280,7 +311,35 @@ def verdict(
     """
     if isinstance(evidences, dict):
         evidences = [evidences]
-    parts = parts if parts is not None else [ev["window"] for ev in evidences]
+    out = _verdict(evidences, parts if parts is not None else [ev["window"] for ev in evidences])
+    if out["part"] == SAVE:  # the checkpoint phase: name the longest save, its step and the GPU's idle in it
+        out["save"] = longest_save(evidences)
+        out["sentence"] += save_sentence(out["save"])
+    return out
+
+
+def longest_save(evidences: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The longest checkpoint/save of the traces (summarize's saves), with the trace it is in; None without one."""
+    saves = [{**s, "trace": ev["trace"]} for ev in evidences for s in ev.get("saves") or []]
+    return max(saves, key=lambda s: s["save_us"]) if saves else None
+
+
+def save_sentence(save: dict[str, Any] | None) -> str:
+    """The verdict's words on the longest save: its step, its length, its share of that step, the GPU's idle in it."""
+    if save is None:
+        return ""
+    where = f"ProfilerStep#{save['step']}" if save["step"] is not None else "no profiled step"
+    share = "" if save["share_of_step"] is None else f", {_pct(save['share_of_step'])} of that step"
+    idle = (
+        f"the GPU sat idle for {save['gpu_idle_us'] / 1e3:.1f} ms of it"
+        if save["gpu_idle_us"] is not None
+        else "no GPU figure (a CPU-only trace)"
+    )
+    return f" The longest save, in {where}, took {save['save_us'] / 1e3:.1f} ms{share}; {idle}."
+
+
+def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """verdict's rule over the evidences and the parts to pool."""
     out = {"stage": None, "part": None, "share": None, "runner_up": None, "next": None}
     # 0) a damaged trace whose damage touches the steps, the scopes, the launches or the GPU's events
     damaged = [ev["damage_withheld"] for ev in evidences if ev.get("damage_withheld")]
@@ -299,13 +358,14 @@ def verdict(
         )
         return out
     # 2) a CPU-only trace: the CPU's own time
-    source = _source(evidences)
-    named = f"the input ({source})" if source and source != NEXT_BATCH else NEXT_BATCH
-    has_scopes = all(set(SCOPES) <= set(ev.get("scopes_present", SCOPES)) for ev in evidences)
+    source, names = _source(evidences), scope_names(evidences)
+    own_input, hosts = names[0], names[1:]  # input/next_batch (eval/next_batch) and the scopes after it
+    named = f"the input ({source})" if source and source != own_input else own_input
+    has_scopes = all(set(names) <= set(ev.get("scopes_present", names)) for ev in evidences)
     wall = sum(p["wall_us"] for p in parts)
-    cpu = {"input": sum_known(parts, lambda p: p.get("input_cpu_us", p["scopes_cpu_us"].get(NEXT_BATCH)))}
+    cpu = {"input": sum_known(parts, lambda p: p.get("input_cpu_us", p["scopes_cpu_us"].get(own_input)))}
     if has_scopes:
-        cpu.update({n: sum_known(parts, lambda p: p["scopes_cpu_us"][n]) for n in HOST_SCOPES})
+        cpu.update({n: sum_known(parts, lambda p: p["scopes_cpu_us"][n]) for n in hosts})
     elif cpu["input"] is not None:
         cpu[OUTSIDE_SCOPES] = wall - cpu["input"]
     cpu = {k: v for k, v in cpu.items() if v is not None}
@@ -317,7 +377,7 @@ def verdict(
     if missing:
         out["sentence"] = f"Cannot tell which stage holds the step: {'; '.join(dict.fromkeys(map(str, missing)))}."
         return out
-    shares, gap = _gpu_shares(parts, has_scopes)
+    shares, gap = _gpu_shares(parts, has_scopes, hosts)
     idle_parts = [k for k in shares if k != "busy"]
     part = "busy" if shares["busy"] >= GPU_BOUND_AT else max(idle_parts, key=shares.get)
     if part == OUTSIDE_SCOPES and not has_scopes:
@@ -331,6 +391,6 @@ def verdict(
     _gpu_sentence(out, shares, part, named, None if has_scopes else _foreign_next(part, loader))
     if gap is None:
         out["sentence"] += f" No input figure: {no_input_reason(evidences)}."
-    elif source and source != NEXT_BATCH:
+    elif source and source != own_input:
         out["sentence"] += f" The input is read from {source}."
     return out

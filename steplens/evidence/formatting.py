@@ -65,42 +65,49 @@ def _scope_ms(scope):
     return lambda f: f["gpu_work_by_scope_us"].get(scope, 0.0) / 1e3
 
 
-ROWS = [  # label, getter, format
-    ("step wall ms", lambda f: f["wall_us"] / 1e3, "{:.2f}"),
-    *[(f"cpu {n} ms", (lambda n: lambda f: f["scopes_cpu_us"][n] / 1e3)(n), "{:.2f}") for n in SCOPES],
-    ("cpu input ms (input source)", lambda f: f["input_cpu_us"] / 1e3, "{:.2f}"),
-    ("gpu busy ms", lambda f: f["gpu_busy_us"] / 1e3, "{:.2f}"),
-    ("gpu idle ms", lambda f: f["gpu_idle_us"] / 1e3, "{:.2f}"),
-    ("gpu idle share", lambda f: f["gpu_idle_share"], "{:.3f}"),
-    ("input gap ms", lambda f: f["input_gap_us"] / 1e3, "{:.2f}"),
-    ("input gap / idle", lambda f: f["input_gap_share"], "{:.3f}"),
-    ("gpu span ms", lambda f: f["gpu_span_us"] / 1e3, "{:.2f}"),
-    ("gpu work launched ms", lambda f: f["gpu_work_us"] / 1e3, "{:.2f}"),
-    *[(f"  launched in {n} ms", _scope_ms(n), "{:.2f}") for n in SCOPES],
-    ("gpu lag after step ms", lambda f: f["gpu_lag_us"] / 1e3, "{:.2f}"),
-    ("h2d copies", lambda f: f["h2d"]["count"], "{:d}"),
-    ("h2d MB", lambda f: f["h2d"]["bytes"] / 1e6, "{:.2f}"),
-    ("h2d ms", lambda f: f["h2d"]["us"] / 1e3, "{:.3f}"),
-    ("h2d overlapped ms", lambda f: f["h2d"]["overlapped_with_kernels_us"] / 1e3, "{:.3f}"),
-    ("kernels", lambda f: f["kernels"]["count"], "{:d}"),
-    ("kernel median us", lambda f: f["kernels"]["median_us"], "{:.1f}"),
-    ("kernels < 10us", lambda f: f["kernels"]["share_under_10us"], "{:.3f}"),
-    ("launch cpu ms", lambda f: f["launch_cpu_us"] / 1e3, "{:.2f}"),
-    ("graph launches", lambda f: f["graph_launches"], "{:d}"),
-    ("launch / gpu busy", lambda f: f["launch_to_busy"], "{:.3f}"),
-    ("sync calls", lambda f: f["sync"]["count"], "{:d}"),
-    ("sync cpu ms", lambda f: f["sync"]["cpu_us"] / 1e3, "{:.2f}"),
-]
+def rows_for(names: tuple[str, ...]) -> list[tuple[str, Any, str]]:
+    """The table's rows for a trace read by these scopes (a phase's: steplens/scopes.py): label, getter, format."""
+    return [  # label, getter, format
+        ("step wall ms", lambda f: f["wall_us"] / 1e3, "{:.2f}"),
+        *[(f"cpu {n} ms", (lambda n: lambda f: f["scopes_cpu_us"][n] / 1e3)(n), "{:.2f}") for n in names],
+        ("cpu input ms (input source)", lambda f: f["input_cpu_us"] / 1e3, "{:.2f}"),
+        ("gpu busy ms", lambda f: f["gpu_busy_us"] / 1e3, "{:.2f}"),
+        ("gpu idle ms", lambda f: f["gpu_idle_us"] / 1e3, "{:.2f}"),
+        ("gpu idle share", lambda f: f["gpu_idle_share"], "{:.3f}"),
+        ("input gap ms", lambda f: f["input_gap_us"] / 1e3, "{:.2f}"),
+        ("input gap / idle", lambda f: f["input_gap_share"], "{:.3f}"),
+        ("gpu span ms", lambda f: f["gpu_span_us"] / 1e3, "{:.2f}"),
+        ("gpu work launched ms", lambda f: f["gpu_work_us"] / 1e3, "{:.2f}"),
+        *[(f"  launched in {n} ms", _scope_ms(n), "{:.2f}") for n in names],
+        ("gpu lag after step ms", lambda f: f["gpu_lag_us"] / 1e3, "{:.2f}"),
+        ("h2d copies", lambda f: f["h2d"]["count"], "{:d}"),
+        ("h2d MB", lambda f: f["h2d"]["bytes"] / 1e6, "{:.2f}"),
+        ("h2d ms", lambda f: f["h2d"]["us"] / 1e3, "{:.3f}"),
+        ("h2d overlapped ms", lambda f: f["h2d"]["overlapped_with_kernels_us"] / 1e3, "{:.3f}"),
+        ("kernels", lambda f: f["kernels"]["count"], "{:d}"),
+        ("kernel median us", lambda f: f["kernels"]["median_us"], "{:.1f}"),
+        ("kernels < 10us", lambda f: f["kernels"]["share_under_10us"], "{:.3f}"),
+        ("launch cpu ms", lambda f: f["launch_cpu_us"] / 1e3, "{:.2f}"),
+        ("graph launches", lambda f: f["graph_launches"], "{:d}"),
+        ("launch / gpu busy", lambda f: f["launch_to_busy"], "{:.3f}"),
+        ("sync calls", lambda f: f["sync"]["count"], "{:d}"),
+        ("sync cpu ms", lambda f: f["sync"]["cpu_us"] / 1e3, "{:.2f}"),
+    ]
 
 
 # The share-of-step column: the CPU scopes over the step's wall time, the GPU's parts over the step's basis span.
-SHARES = {
-    **{f"cpu {n} ms": (lambda n: lambda f: f["scopes_cpu_us"][n] / f["wall_us"])(n) for n in SCOPES},
-    "cpu input ms (input source)": lambda f: f["input_cpu_us"] / f["wall_us"],
-    "gpu busy ms": lambda f: f["gpu_busy_us"] / f["pace_us"],
-    "gpu idle ms": lambda f: f["gpu_idle_us"] / f["pace_us"],
-    "input gap ms": lambda f: f["input_gap_us"] / f["pace_us"],
-}
+def shares_for(names: tuple[str, ...]) -> dict[str, Any]:
+    """The share-of-step column's getters, by row label, for a trace read by these scopes."""
+    return {
+        **{f"cpu {n} ms": (lambda n: lambda f: f["scopes_cpu_us"][n] / f["wall_us"])(n) for n in names},
+        "cpu input ms (input source)": lambda f: f["input_cpu_us"] / f["wall_us"],
+        "gpu busy ms": lambda f: f["gpu_busy_us"] / f["pace_us"],
+        "gpu idle ms": lambda f: f["gpu_idle_us"] / f["pace_us"],
+        "input gap ms": lambda f: f["input_gap_us"] / f["pace_us"],
+    }
+
+
+ROWS, SHARES = rows_for(SCOPES), shares_for(SCOPES)  # the four training scopes' table
 
 
 def mean_per_step(window: dict[str, Any], steps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -270,7 +277,7 @@ def format_memory(ev: dict[str, Any], table: bool) -> list[str]:
             )
             continue
         rows = [[label] + [_mb(s[key]) for s in dev["steps"]] + [_mb(w.get(key))] for label, key in MEMORY_ROWS]
-        for scope in SCOPES:
+        for scope in ev.get("scope_set") or SCOPES:
             for label, key in ((f"  {scope} change MB", "allocated_change"), (f"  {scope} peak MB", "allocated_peak")):
                 rows.append([label] + [_mb((s["scopes"].get(scope) or {}).get(key)) for s in dev["steps"]] + [""])
         header = [f"memory {name}"] + [f"#{s['step']}" for s in dev["steps"]] + ["window"]
@@ -289,15 +296,88 @@ def format_memory(ev: dict[str, Any], table: bool) -> list[str]:
     return parts
 
 
+def save_lines(saves: list[dict[str, Any]] | None) -> list[str]:
+    """A line per checkpoint/save (summarize's saves): its step, its length and share, the GPU's idle time in it."""
+    out = []
+    for s in saves or []:
+        where = f"ProfilerStep#{s['step']}" if s["step"] is not None else "no profiled step"
+        share = "" if s["share_of_step"] is None else f", {s['share_of_step']:.0%} of the step"
+        idle = (
+            f"the GPU idle for {s['gpu_idle_us'] / 1e3:.2f} ms of it"
+            if s["gpu_idle_us"] is not None
+            else f"GPU idle n/a: {s['gpu_idle_null_reason']}"
+        )
+        out.append(f"checkpoint/save in {where}: {s['save_us'] / 1e3:.2f} ms{share}; {idle}")
+    return out
+
+
 def damage_lines(ev: dict[str, Any]) -> list[str]:
     """One line per kind of damage the reader found in a trace: how many, what, what was done, an example."""
     return [f"damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})" for d in ev.get("damage", [])]
 
 
+def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
+    """The lines under the table about one trace: its input source, damage, absent scopes, saves, memory (a table
+    when table), Perfetto, the idle basis and the notes."""
+    parts = []
+    src = ev["input_source"]
+    parts.append(
+        f"{ev['trace']}: "
+        + (
+            f"input read from {src['name']} ({src['kind']})"
+            if src["name"] and not src["null_reason"]
+            else f"no input figures: {src['null_reason']}"
+        )
+    )
+    for d in ev.get("damage", []):
+        parts.append(f"{ev['trace']}: damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})")
+    absent = [n for n in ev.get("scope_set") or SCOPES if n not in ev["scopes_present"]]
+    if absent:
+        parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
+    parts += [f"{ev['trace']}: {line}" for line in save_lines(ev.get("saves"))]
+    parts += format_memory(ev, table)
+    drops = ev.get("perfetto_drops", {}).get("count")
+    parts.append(
+        f"{ev['trace']}: "
+        + (
+            f"Perfetto before v57.1 would drop {drops} complete events that cross "
+            "others on their track (docs/PERFETTO.md)"
+            if drops
+            else "every complete event nests: every Perfetto version shows them all"
+        )
+    )
+    if not ev["has_gpu"]:
+        parts.append(f"{ev['trace']}: {NO_GPU}")
+        return parts
+    parts.append(
+        f"{ev['trace']}: "
+        + (
+            "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
+            if ev["idle_basis"] == "gpu_timeline"
+            else "idle time is read on the CPU's steps: the GPU keeps up with the CPU (idle_basis cpu_steps)"
+        )
+    )
+    for note in ev["notes"]:
+        parts.append(f"{ev['trace']}: {note}")
+    for s in ev["steps"]:
+        if s["gpu_span_null_reason"] and s["gpu_work_us"]:
+            parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
+    if ev["crossing_slices"]["count"]:
+        parts.append(
+            f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
+            "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
+            "traces are repaired (docs/PERFETTO.md)"
+        )
+    return parts
+
+
 def format_table(evidences: list[dict[str, Any]]) -> str:
     """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
     parts = []
-    rows_used = ROWS if any(ev["has_gpu"] for ev in evidences) else ROWS[: 2 + len(SCOPES)]
+    # the phases' scopes: train's four, eval's three, or train's with the save (all of them, for traces of several)
+    names = tuple(dict.fromkeys(n for ev in evidences for n in ev.get("scope_set") or SCOPES))
+    rows, share_of = rows_for(names), shares_for(names)
+    rows_used = rows if any(ev["has_gpu"] for ev in evidences) else rows[: 2 + len(names)]
     if len(evidences) == 1:
         ev = evidences[0]
         cols = [(f"#{s['step']}", s) for s in ev["steps"]] + [("mean/step", mean_per_step(ev["window"], ev["steps"]))]
@@ -305,7 +385,7 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
         rows = [
             [label]
             + [_fmt(_value(g, f), fmt) for _, f in cols]
-            + ([_fmt(_value(SHARES[label], ev["window"]), "{:.1%}")] if label in SHARES else [""])
+            + ([_fmt(_value(share_of[label], ev["window"]), "{:.1%}")] if label in share_of else [""])
             for label, g, fmt in rows_used
         ]
         parts.append(f"verdict: {ev['verdict']['sentence']}")
@@ -329,52 +409,6 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
     parts.append(_table(header, rows))
     parts += format_classes(evidences)
     for ev in evidences:
-        src = ev["input_source"]
-        parts.append(
-            f"{ev['trace']}: "
-            + (
-                f"input read from {src['name']} ({src['kind']})"
-                if src["name"] and not src["null_reason"]
-                else f"no input figures: {src['null_reason']}"
-            )
-        )
-        for d in ev.get("damage", []):
-            parts.append(f"{ev['trace']}: damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})")
-        absent = [n for n in SCOPES if n not in ev["scopes_present"]]
-        if absent:
-            parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
-        parts += format_memory(ev, len(evidences) == 1)
-        drops = ev.get("perfetto_drops", {}).get("count")
-        parts.append(
-            f"{ev['trace']}: "
-            + (
-                f"Perfetto before v57.1 would drop {drops} complete events that cross "
-                "others on their track (docs/PERFETTO.md)"
-                if drops
-                else "every complete event nests: every Perfetto version shows them all"
-            )
-        )
-        if not ev["has_gpu"]:
-            parts.append(f"{ev['trace']}: {NO_GPU}")
-            continue
-        parts.append(
-            f"{ev['trace']}: "
-            + (
-                "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
-                if ev["idle_basis"] == "gpu_timeline"
-                else "idle time is read on the CPU's steps: the GPU keeps up with the CPU (idle_basis cpu_steps)"
-            )
-        )
-        for note in ev["notes"]:
-            parts.append(f"{ev['trace']}: {note}")
-        for s in ev["steps"]:
-            if s["gpu_span_null_reason"] and s["gpu_work_us"]:
-                parts.append(f"{ev['trace']}: step #{s['step']}: {s['gpu_span_null_reason']}")
-        if ev["crossing_slices"]["count"]:
-            parts.append(
-                f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
-                "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
-                "traces are repaired (docs/PERFETTO.md)"
-            )
+        parts += trace_lines(ev, len(evidences) == 1)
     parts.append(f"note: {CAVEAT}")
     return "\n".join(parts) + "\n"

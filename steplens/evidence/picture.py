@@ -22,7 +22,17 @@ from typing import Any
 
 from steplens.evidence import summarize
 from steplens.evidence.formatting import damage_lines, run_label
-from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, TO_DEVICE
+from steplens.scopes import (
+    EVAL_FORWARD,
+    EVAL_NEXT_BATCH,
+    EVAL_TO_DEVICE,
+    FORWARD_BACKWARD,
+    NEXT_BATCH,
+    OPTIMIZER,
+    SAVE,
+    TO_DEVICE,
+    scope_set,
+)
 from steplens.trace import reader
 
 COLOURS = {
@@ -31,6 +41,10 @@ COLOURS = {
     TO_DEVICE: "#ff7f0e",
     FORWARD_BACKWARD: "#1f77b4",
     OPTIMIZER: "#9467bd",
+    EVAL_NEXT_BATCH: "#d62728",  # the validation phase's scopes: the training ones' colours, stage for stage
+    EVAL_TO_DEVICE: "#ff7f0e",
+    EVAL_FORWARD: "#1f77b4",
+    SAVE: "#e377c2",
     "busy": "#2ca02c",
     "input gap": "#d62728",
     "waiting for the host": "#8c8c8c",
@@ -130,7 +144,7 @@ def draw_groups(
     drawn = {name for _, r in rows for name, _, _ in r["cpu"]}
     legend = [
         Patch(facecolor=COLOURS[k], label=k)
-        for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)
+        for k in scope_set(drawn)  # the phase's scopes (steplens/scopes.py)
         if k in drawn or "input" not in drawn
     ]
     if "input" in drawn:

@@ -32,12 +32,13 @@ from steplens.evidence.attribution import (
     idle_figures,
     input_source,
     kernel_classes,
+    save_figures,
     work_figures,
 )
 from steplens.evidence.diagnosis import verdict
 from steplens.evidence.formatting import format_table
 from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
-from steplens.scopes import SCOPES
+from steplens.scopes import SAVE, scope_set
 from steplens.trace import memory
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.nesting import crossing_slices
@@ -51,9 +52,10 @@ class _Reading:
     def __init__(self, t, input_scope):
         self.t = t
         (self.by_step, self.runtime_by_step, self.before, self.outside, self.by_clock, self.launch_time) = attribute(t)
-        self.scopes = {n: union(t.scopes.get(n, [])) for n in SCOPES}
-        self.present = {n for n in SCOPES if t.scopes.get(n)}
-        self.source, self.inputs = input_source(t, input_scope)
+        self.names = scope_set({n for n, slices in t.scopes.items() if slices})  # the phase's scopes
+        self.scopes = {n: union(t.scopes.get(n, [])) for n in self.names}
+        self.present = {n for n in self.names if t.scopes.get(n)}
+        self.source, self.inputs = input_source(t, input_scope, self.names)
         # the input is drawn beside the scopes when it is not one of them
         self.drawn_input = None if self.source["kind"] == "scope" else self.inputs
         self.busy = Busy(t.gpu, self.launch_time)
@@ -73,7 +75,9 @@ class _Reading:
         """CPU time of the span and of each scope in it; a scope absent from the trace is null, never 0."""
         return {
             "wall_us": sum(b - a for a, b in span),
-            "scopes_cpu_us": {n: total(intersect(self.scopes[n], span)) if n in self.present else None for n in SCOPES},
+            "scopes_cpu_us": {
+                n: total(intersect(self.scopes[n], span)) if n in self.present else None for n in self.names
+            },
             "input_cpu_us": total(intersect(self.inputs, span)) if self.inputs is not None else None,
         }
 
@@ -107,7 +111,7 @@ class _Reading:
 def trace_header(r: _Reading, name: str) -> dict[str, Any]:
     """The figures of the trace as a whole: its input source, its scopes and what Perfetto would drop."""
     crossing = crossing_slices(r.t.threads)
-    mem = memory.figures(r.t.memory, r.t.steps, r.t.scopes, SCOPES, r.t.damage)  # its damage first
+    mem = memory.figures(r.t.memory, r.t.steps, r.t.scopes, r.names, r.t.damage)  # its damage first
     return {
         "trace": name,
         "has_gpu": bool(r.t.gpu),
@@ -116,7 +120,8 @@ def trace_header(r: _Reading, name: str) -> dict[str, Any]:
         "notes": [],
         "caveat": CAVEAT,
         "input_source": r.source,
-        "scopes_present": [n for n in SCOPES if n in r.present],
+        "scope_set": list(r.names),
+        "scopes_present": [n for n in r.names if n in r.present],
         "memory": mem,
         "crossing_slices": {
             "count": sum(crossing.values()),
@@ -160,6 +165,8 @@ def cpu_only_evidence(r: _Reading, evidence: dict[str, Any], lanes: bool) -> dic
         launched_outside_steps=None,
         attributed_by_clock=0,
     )
+    if SAVE in r.names:
+        evidence["saves"] = save_figures(t.steps, r.scopes[SAVE], None)
     evidence["verdict"] = verdict(evidence)
     return evidence
 
@@ -218,7 +225,7 @@ def step_evidence(
     slot = slots.get(num)
     step["gpu_span_us"] = (slot[1] - slot[0]) if slot else None
     step["gpu_lag_us"] = max(0.0, max(ev[2] for ev, _ in mine) - b) if mine else 0.0
-    step["gpu_annotation_us"] = {sc: annotations[(num, sc)] for sc in SCOPES if (num, sc) in annotations}
+    step["gpu_annotation_us"] = {sc: annotations[(num, sc)] for sc in r.names if (num, sc) in annotations}
     reason = (OPEN_SLOT if num in slots else slot_reason) if slot is None else None
     launched, lost = r.launches(num)
     step["gpu_work_launches"], step["launches_without_gpu_work"] = launched, lost
@@ -390,6 +397,8 @@ def summarize_trace(
         launched_outside_steps=out,
         attributed_by_clock=r.by_clock,
     )
+    if SAVE in r.names:  # the checkpoint phase: each save, its step, its share and the GPU's idle time in it
+        evidence["saves"] = save_figures(t.steps, r.scopes[SAVE], r.busy)
     evidence["verdict"] = verdict(evidence)
     return evidence
 

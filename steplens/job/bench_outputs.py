@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from steplens.job import learning, loader_timeline, rank_outputs
+from steplens.job import learning, loader_timeline, phases, rank_outputs
 
 if TYPE_CHECKING:
     from steplens.job.runrecord import RunRecord
@@ -65,8 +65,10 @@ def log_bench(record: RunRecord, results: dict[str, Any], args: argparse.Namespa
     if said.get("verdict") or said.get("note"):
         cpu = (said.get("cpu") or {}).get("cpu_sentence")
         print(f"bench: input: {said.get('verdict') or said['note']}{f'; {cpu}' if cpu else ''}")
+    for line in phases.bench_lines(results):  # --profile-phase validation or checkpoint: its own window
+        print(line)
     outputs = {k: results[k] for k in (*BENCH_OUTPUTS, *rank_outputs.BENCH_OUTPUTS) if results.get(k) is not None}
-    return {**outputs, **loader_timeline.outputs(results.get("input"))}
+    return {**outputs, **loader_timeline.outputs(results.get("input")), **phases.outputs(results)}
 
 
 def memory_line(results: dict[str, Any]) -> str:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 SYNTHETIC_SIZE = 50_000
 SYNTHETIC_SEED = 0  # the synthetic images are the same in every run, whatever --seed says
+HELD_OUT_SIZE = 10_000  # the held-out set of --profile-phase validation: CIFAR-10's test split has 10,000 images
+HELD_OUT_SEED = 1  # the synthetic and learnable held-out sets: other images than the training set's (seed 0)
 SLOW_SAMPLE_ENV = "STEPLENS_TEST_SLOW_SAMPLE_MS"  # a test hook: each sample sleeps this long after its transforms
 LEARNABLE_NOISE = 64  # each pixel channel: its class's tint plus a uniform draw in [-64, +63]
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -40,6 +42,32 @@ def build_transform() -> transforms.Compose:
             transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD),
         ]
     )
+
+
+def build_eval_transform() -> transforms.Compose:
+    """The held-out set's transform: no augmentation, the same tensor conversion and normalization."""
+    from torchvision import transforms
+
+    return transforms.Compose([transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)])
+
+
+def build_held_out(args: argparse.Namespace) -> tuple[ImageSet, dict[str, Any]]:
+    """The held-out set of --profile-phase validation, and a record of what it is: CIFAR-10's test split, or
+    HELD_OUT_SIZE synthetic (learnable) images from HELD_OUT_SEED (the learnable set keeps the training set's tints)."""
+    transform = build_eval_transform()
+    facts = {"transform": repr(transform)}
+    if args.data == "synthetic":
+        dataset = SyntheticCIFAR10(transform, HELD_OUT_SIZE, HELD_OUT_SEED)
+        return dataset, {**facts, "name": "synthetic held-out", "images": len(dataset), "seed": HELD_OUT_SEED}
+    if args.data == "learnable":
+        dataset = LearnableCIFAR10(transform, HELD_OUT_SIZE, images_seed=HELD_OUT_SEED)
+        return dataset, {**facts, "name": "learnable held-out", "images": len(dataset), "seed": HELD_OUT_SEED}
+    folder = os.path.join(args.data_dir, "cifar-10-batches-py")
+    if not os.path.isdir(folder):
+        download_cifar10(args.data_dir)
+    dataset = ImageSet(*read_cifar10(folder, TEST_BATCHES), transform)
+    print(f"data: CIFAR-10 test split from {folder} ({len(dataset)} images), held out", file=sys.stderr)
+    return dataset, {**facts, "name": "cifar10 test", "images": len(dataset), "root": os.path.abspath(args.data_dir)}
 
 
 def build_dataset(
@@ -137,7 +165,11 @@ class LearnableCIFAR10(ImageSet):
     does. Labels random, as in SyntheticCIFAR10; the tint follows the label."""
 
     def __init__(
-        self, transform: Callable[[Image.Image], torch.Tensor], size: int = SYNTHETIC_SIZE, seed: int = SYNTHETIC_SEED
+        self,
+        transform: Callable[[Image.Image], torch.Tensor],
+        size: int = SYNTHETIC_SIZE,
+        seed: int = SYNTHETIC_SEED,
+        images_seed: int | None = None,
     ):
         import itertools
 
@@ -147,6 +179,8 @@ class LearnableCIFAR10(ImageSet):
         levels = (LEARNABLE_NOISE, 128, 256 - LEARNABLE_NOISE)  # tint plus noise stays within 0..255
         colours = np.array(list(itertools.product(levels, repeat=3)), dtype=np.uint8)
         tints = colours[rng.permutation(len(colours))[:10]]
+        if images_seed is not None:  # a held-out set: the same tints (what the model learns), other images
+            rng = np.random.default_rng(images_seed)
         targets = rng.integers(0, 10, size=size)
         # uint8 all the way (no float copy of 150 MB): noise in [0, 128) as whole random bytes halved (faster
         # than drawing from a range that is not a power of two), then tint - 64 added.
@@ -157,14 +191,19 @@ class LearnableCIFAR10(ImageSet):
         self.tints = tints.tolist()
 
 
-def read_cifar10(folder: str) -> tuple[np.ndarray, list[int]]:
-    """The training batches of CIFAR-10's Python format (cifar-10-batches-py), as (N, 32, 32, 3) uint8 and labels."""
+TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_BATCHES = ("test_batch",)  # the test split, 10,000 images, in the same archive
+
+
+def read_cifar10(folder: str, names: tuple[str, ...] = TRAIN_BATCHES) -> tuple[np.ndarray, list[int]]:
+    """Batches of CIFAR-10's Python format (cifar-10-batches-py; the training ones by default), as
+    (N, 32, 32, 3) uint8 and labels."""
     import pickle
 
     import numpy as np
 
     data, targets = [], []
-    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+    for name in names:
         path = os.path.join(folder, name)
         try:
             with open(path, "rb") as f:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 from steplens import scopes
-from steplens.job import distributed
+from steplens.job import distributed, phases
 from steplens.job.data import SYNTHETIC_SIZE
 from steplens.job.learning import REFERENCE_BATCH
 from steplens.job.paths import DEFAULT_DATA_DIR
@@ -153,6 +153,7 @@ def build_parser() -> OneLineParser:
     add_workload_arguments(p)
     add_optimizer_arguments(p)
     add_output_arguments(p)
+    phases.add_arguments(p, positive_int)
     options.add_arguments(p, positive_int)
     distributed.add_arguments(p, non_negative_int, non_negative_float)
     return p
@@ -176,5 +177,6 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
             f"captured with, so the ramp must end in the warm-up's eager steps: give "
             f"--lr-warmup-steps < --warmup-steps ({args.warmup_steps}), not {args.lr_warmup_steps}"
         )
+    phases.check(args, parser.error)  # after the options' own refusals: a phase names the option it cannot use
     distributed.check(args, parser.error)
     return args

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from steplens.scopes import SCOPES
+from steplens.scopes import KNOWN
 from steplens.trace import damage, memory, nesting
 from steplens.trace.intervals import total, union
 
@@ -93,7 +93,7 @@ def extract(
     keeps from the same pass (the roofline's operators)."""
     t = Trace()
     names = {}  # one string object per distinct name
-    scopes = set(SCOPES)
+    scopes = set(KNOWN)  # every phase's scopes (steplens/scopes.py); other annotations go to named
     # the memory events are instant events, which damage.readable skips: memory.tap keeps them on the way
     for index, ev, s, dur in damage.readable(memory.tap(events, t.memory), t.damage, skip, keys):
         e = s + dur

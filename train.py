@@ -18,6 +18,8 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     # the candidate fixes (steplens/speedups/): e.g. the whole step as CUDA graphs, bf16, NHWC, fused kernels
     python train.py --mode bench --gpu-input --cuda-graph --compile default --cudnn-benchmark \
         --channels-last --amp bf16 --fused-sgd
+    # the CUDA allocator's history over 3 steps after the warm-up (pytorch.org/memory_viz; steplens snapshot FILE)
+    python train.py --mode bench --workers 4 --memory-snapshot
     # CPU only, tiny
     python train.py --mode profile --device cpu --data synthetic --batch-size 16 --warmup-steps 2
     # DDP, one process per GPU (steplens/job/distributed.py); on the CPU through gloo with --device cpu
@@ -49,6 +51,7 @@ from steplens.job.data import (
 )
 from steplens.job.device import WindowPeak, resolve_device, synchronize
 from steplens.job.loader_timeline import after_window, into_traces, timed_collate, window_start
+from steplens.job.memory_snapshot import SnapshotPhase
 from steplens.job.settings import parse_settings
 from steplens.job.stopping import Stopper, StopRequested
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
@@ -330,6 +333,7 @@ def main(argv=None):
 
         device = resolve_device(args.device)
         options.check_device(args, device)
+        snapshot = SnapshotPhase.start(args, device)  # --memory-snapshot: refused off CUDA; stacks kept from here
         world = distributed.World.start(args, device)  # --ddp: torchrun's process group; else a world of one
         device = world.device
         tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
@@ -357,6 +361,8 @@ def main(argv=None):
         record.log_steps("warmup_step_seconds", dict(enumerate(record["warmup_step_seconds"], start=1)))
         if args.cuda_graph:
             record["cuda_graph"] = step.info
+        if snapshot:  # after the warm-up, before the mode's steps: none of them is recorded
+            record["memory_snapshot"] = snapshot.run(step, device, record, stop, world)
 
         if args.mode == "profile":
             results = run_profile(step, device, record.out_dir, args, facts["loader"], stop, world, batches)
@@ -365,14 +371,8 @@ def main(argv=None):
             outputs.update(rank_outputs.profile_evidence(world, record, results))  # DDP: the slow rank and its stage
         else:
             record["results"] = results = run_bench(step, device, batches, args, stop, world)
-            flops.add_ceiling(
-                device,
-                results,
-                record["flops"]["flops_per_sample"],
-                record["environment"]["gpu"],
-                args.amp,
-                world.world_size,
-            )
+            per_sample, gpu = record["flops"]["flops_per_sample"], record["environment"]["gpu"]
+            flops.add_ceiling(device, results, per_sample, gpu, args.amp, world.world_size)
             outputs = bench_outputs.log_bench(record, results, args)
         record["epoch_restarts"] = batches.epoch_restarts
         runrecord.finish_record(world, record, outputs)  # DDP: rank 0 logs every rank's files, then ends the run

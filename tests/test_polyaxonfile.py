@@ -39,6 +39,7 @@ DOCUMENTED = [
     },
     {"mode": "profile", "gpu_input": True, "channels_last": True},
     {"mode": "profile", "workers": 2, "profile_detail": "lean"},
+    {"mode": "bench", "workers": 4, "memory_snapshot": True},
     {
         "mode": "bench",
         "gpu_input": True,
@@ -108,6 +109,7 @@ def test_resolved_command_parses_into_the_same_settings(params):
         "fused_sgd": False,
         "cuda_graph": False,
         "cudnn_benchmark": False,
+        "memory_snapshot": False,
         **params,
     }
     for key, value in expected.items():
@@ -130,6 +132,7 @@ def test_every_input_reaches_train_py():
         "fused_sgd": "true",
         "cuda_graph": "true",
         "cudnn_benchmark": "true",
+        "memory_snapshot": "true",
         "profile_detail": "lean",
         "scale_lr": "true",
     }

@@ -284,3 +284,80 @@ def test_train_py_refuses_it_on_the_cpu_before_any_run_exists(tmp_path):
         errors = [line for line in proc.stderr.splitlines() if "error" in line]
         assert proc.returncode == 2 and len(errors) == 1 and "--memory-snapshot" in errors[0], proc.stderr
         assert not (tmp_path / "offline" / "runs").exists()
+
+
+class FakeLaps:
+    """capture.Laps on the host clock (the phase's CUDA events have no device here)."""
+
+    def __init__(self, cuda):
+        self.marks = 0
+
+    def lap(self):
+        self.marks += 1
+
+    def seconds(self):
+        return [0.01] * (self.marks - 1)
+
+
+class FakeRecord:
+    """RunRecord's part the phase uses; each file must exist, whole, when it is logged."""
+
+    def __init__(self, out_dir):
+        self.out_dir, self.logged = out_dir, []
+
+    def log_file(self, path, name):
+        assert os.path.isfile(path) and not os.path.basename(path).startswith(".partial"), path
+        self.logged.append((name, os.path.basename(path)))
+
+
+def test_the_phase_records_snapshots_stops_then_times_and_logs_each_file_once_it_exists(tmp_path, monkeypatch):
+    """The phase's order, torch's calls faked: history on; 3 steps; the snapshot; history off; 3 more steps;
+    the pickle (the snapshot torch gave), then its summary, each logged after it exists."""
+    import torch
+
+    from steplens.job.stopping import Stopper
+
+    calls, steps = [], []
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda **kw: calls.append(("history", kw)))
+    monkeypatch.setattr(
+        torch.cuda.memory, "_snapshot", lambda: calls.append(("snapshot", len(steps))) or made_snapshot()
+    )
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: calls.append(("reset", len(steps))))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 37_000_000)
+    monkeypatch.setattr(memory_snapshot, "Laps", FakeLaps)
+    monkeypatch.setattr(memory_snapshot, "synchronize", lambda device: None)
+    record = FakeRecord(str(tmp_path))
+    phase = memory_snapshot.SnapshotPhase()
+    world = argparse.Namespace(active=False, rank=0)
+    out = phase.run(lambda: steps.append(1), torch.device("cuda", 0), record, Stopper(), world)
+    assert [c[0] for c in calls] == ["reset", "history", "snapshot", "history"]
+    assert calls[1][1]["enabled"] == "all" and calls[2] == ("snapshot", 3) and calls[3][1] == {"enabled": None}
+    assert len(steps) == 6 and out["recorded"]["step_seconds"] == out["unrecorded"]["step_seconds"] == [0.01] * 3
+    assert record.logged == [
+        ("memory-snapshot", "memory-snapshot.pickle"),
+        ("memory-snapshot-summary", "memory-snapshot.summary.txt"),
+    ]
+    with open(out["file"], "rb") as f:
+        assert pickle.load(f) == made_snapshot()
+    assert out["peak_bytes"] == 37_600_000 and out["summary_error"] is None
+    assert sorted(os.listdir(tmp_path)) == ["memory-snapshot.pickle", "memory-snapshot.summary.txt"]
+
+
+def test_a_failing_step_still_stops_the_recording(tmp_path, monkeypatch):
+    import torch
+
+    from steplens.job.stopping import Stopper
+
+    calls = []
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)
+    monkeypatch.setattr(memory_snapshot, "Laps", FakeLaps)
+    monkeypatch.setattr(memory_snapshot, "synchronize", lambda device: None)
+
+    def step():
+        raise RuntimeError("out of memory")
+
+    world = argparse.Namespace(active=True, rank=1)
+    with pytest.raises(RuntimeError):
+        memory_snapshot.SnapshotPhase().run(step, torch.device("cuda", 0), FakeRecord(str(tmp_path)), Stopper(), world)
+    assert calls[-1] == {"enabled": None} and os.listdir(tmp_path) == []

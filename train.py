@@ -11,17 +11,15 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     # on one machine, GPU when present (tracked offline under ./.polyaxon-offline)
     python train.py --mode profile --workers 0
     python train.py --mode bench --workers 4
-    # no network: a CIFAR-shaped synthetic set through the same PIL transforms
-    python train.py --mode bench --workers 4 --data synthetic
+    python train.py --mode bench --workers 4 --data synthetic  # no network: a CIFAR-shaped set, same transforms
     # the learning check: each class its own tint, so the loss must fall (loss_first -> loss_final)
     python train.py --mode bench --workers 4 --data learnable --batch-size 512 --scale-lr --lr-warmup-steps 10
     # the candidate fixes (steplens/speedups/): e.g. the whole step as CUDA graphs, bf16, NHWC, fused kernels
     python train.py --mode bench --gpu-input --cuda-graph --compile default --cudnn-benchmark \
         --channels-last --amp bf16 --fused-sgd
-    # CPU only, tiny
-    python train.py --mode profile --device cpu --data synthetic --batch-size 16 --warmup-steps 2
-    # validation on a held-out set, or checkpoint saves, captured instead of training (steplens/job/phases.py)
-    python train.py --mode profile --profile-phase validation --workers 4
+    python train.py --mode bench --workers 4 --memory-snapshot  # the allocator's history: steplens snapshot FILE
+    python train.py --mode profile --device cpu --data synthetic --batch-size 16 --warmup-steps 2  # CPU, tiny
+    python train.py --mode profile --profile-phase validation --workers 4  # or checkpoint: not the training steps
     # DDP, one process per GPU (steplens/job/distributed.py); on the CPU through gloo with --device cpu
     torchrun --nproc-per-node 2 train.py --ddp --mode profile --workers 4
     steplens ranks OUTPUTS/traces           # the evidence across ranks: the slow rank and its stage
@@ -51,6 +49,7 @@ from steplens.job.data import (
 )
 from steplens.job.device import WindowPeak, resolve_device, synchronize
 from steplens.job.loader_timeline import after_window, into_traces, timed_collate, window_start
+from steplens.job.memory_snapshot import SnapshotPhase
 from steplens.job.settings import parse_settings
 from steplens.job.stopping import Stopper, StopRequested
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, PROFILE_STEPS, SCHEDULE, TO_DEVICE
@@ -333,6 +332,7 @@ def main(argv=None):
 
         device = resolve_device(args.device)
         options.check_device(args, device)
+        snapshot = SnapshotPhase.start(args, device)  # --memory-snapshot: refused off CUDA; stacks kept from here
         world = distributed.World.start(args, device)  # --ddp: torchrun's process group; else a world of one
         device = world.device
         tags = [args.mode, f"workers={args.workers}"] + ([f"repeat={args.repeat}"] if args.repeat is not None else [])
@@ -360,18 +360,18 @@ def main(argv=None):
         record.log_steps("warmup_step_seconds", dict(enumerate(record["warmup_step_seconds"], start=1)))
         if args.cuda_graph:
             record["cuda_graph"] = step.info
-        held_out = lambda d: build_loader(d, args, device, world, shuffle=False)  # --profile-phase validation's
-        phase = phases.Phase(args, device, parts, record.out_dir, held_out)  # --profile-phase (steplens/job/phases.py)
+        if snapshot:  # after the warm-up, before the mode's steps: none of them is recorded
+            record["memory_snapshot"] = snapshot.run(step, device, record, stop, world)
+        phase = phases.Phase(args, device, parts, record.out_dir, lambda d: build_loader(d, args, device, world, False))
         if args.mode == "profile":
             step, captured, loader = phase.for_capture(step, batches, facts.get("loader"), stop)  # train: as they are
-            results = run_profile(step, device, record.out_dir, args, loader, stop, world, captured)
-            record["results"] = results
+            record["results"] = results = run_profile(step, device, record.out_dir, args, loader, stop, world, captured)
             outputs = runrecord.log_cycles(record, results)
             outputs.update(rank_outputs.profile_evidence(world, record, results))  # DDP: the slow rank and its stage
         else:
             record["results"] = results = run_bench(step, device, batches, args, stop, world)
             phase.bench(results, stop)  # after the window: the held-out window's rate, or timed saves
-            gpu, per_sample = record["environment"]["gpu"], record["flops"]["flops_per_sample"]
+            per_sample, gpu = record["flops"]["flops_per_sample"], record["environment"]["gpu"]
             flops.add_ceiling(device, results, per_sample, gpu, args.amp, world.world_size)
             outputs = bench_outputs.log_bench(record, results, args)
         record["epoch_restarts"], record["phase"] = batches.epoch_restarts, phase.facts()

@@ -12,7 +12,7 @@ from conftest import load_offline_run, run_torchrun, run_train, single_run
 
 import train
 from steplens import scopes
-from steplens.evidence import flops, summarize
+from steplens.evidence import flops, snapshot, summarize
 from steplens.job import data
 from steplens.speedups.cuda_graph import CapturedStep
 from steplens.speedups.gpu_input import DeviceBatches
@@ -365,3 +365,30 @@ def test_profiled_graph_replays_count_the_same_kernels_and_stay_within_the_event
     assert head["gpu_work_ms_per_step"] <= head["gpu_span_ms_per_step"]
     assert head["gpu_work_ms_per_step"] <= gpu_ms * 1.05, (head["gpu_work_ms_per_step"], gpu_ms)
     assert head["profiler_distortion"] == pytest.approx(head["profiled_step_ms"] / head["unprofiled_step_ms"])
+
+
+def test_memory_snapshot_records_three_steps_and_summarizes_them(tmp_path):
+    """--memory-snapshot: the pickle and its summary beside run.json, logged; the summary's groups sum to its peak,
+    which is at least torch's own allocated peak over the same steps; parameters and activations are told apart;
+    both timings recorded, and the bench window after it still measured."""
+    proc = run_train(["--mode", "bench", "--bench-steps", "10", "--memory-snapshot", *SMALL], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, outputs = single_run(tmp_path)
+    with open(os.path.join(outputs, "run.json")) as f:
+        record = json.load(f)
+    snap = record["memory_snapshot"]
+    assert os.path.isfile(snap["file"]) and os.path.isfile(snap["summary"]) and snap["summary_error"] is None
+    assert {os.path.relpath(snap[k], outputs) for k in ("file", "summary")} <= set(record["artifacts"])
+    for timing in (snap["recorded"], snap["unrecorded"]):
+        assert len(timing["step_seconds"]) == 3 and timing["wall_seconds"] > 0
+    assert snap["recorded_over_unrecorded"] == pytest.approx(
+        snap["recorded"]["wall_seconds"] / snap["unrecorded"]["wall_seconds"], rel=1e-3
+    )
+    assert 0 < snap["history_entries"] < snap["max_entries"]
+    assert snap["peak_bytes"] >= snap["torch_peak_allocated_bytes"] > 0
+    summary = snapshot.summarize(snapshot.load(snap["file"]), top=10_000)
+    (d,) = summary["devices"]
+    assert d["mismatches"] == 0 and d["end_bytes"] == d["end_state_bytes"]
+    assert sum(g["bytes"] for g in d["groups"]) == d["peak_bytes"] == snap["peak_bytes"]
+    assert {"parameters", "activations"} <= set(d["by_class"]), d["by_class"]
+    assert record["results"]["samples_per_sec"] > 0

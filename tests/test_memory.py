@@ -269,3 +269,70 @@ def test_compare_shows_each_group_s_peak_memory_beside_its_rate():
         ["batch_size=1024", "4000.0", "5100.0"],
         ["batch_size=128", "", ""],
     ]
+
+
+def test_the_memory_lane_s_points_are_the_running_totals(tmp_path):
+    """The picture's memory lane, per step: the total at its start, the allocator's running total after each event
+    (ms from the CPU lane's zero), the total at its end; one scale for every lane, from the lowest to the highest."""
+    from steplens.evidence import picture
+
+    ev = summarize.summarize_events(made_trace(), lanes=True)
+    assert ev["memory_lane"] == {"device": "cuda:0", "null_reason": None}
+    rows = picture.draw(ev, str(tmp_path / "p.png"), "made")
+    made = [(ms, v // MB) for ms, v in rows[0]["memory"]]
+    assert made == [
+        (0, 100),
+        (0.002, 101),
+        (0.012, 103),
+        (0.022, 153),
+        (0.030, 183),
+        (0.040, 153),
+        (0.060, 113),
+        (0.072, 118),
+        (0.080, 113),
+        (0.1, 113),
+    ]
+    second = [(round(ms, 6), v // MB) for ms, v in rows[1]["memory"]]
+    assert second[0] == (0, 113) and second[-1] == (0.1, 113) and max(v for _, v in second) == 233
+    assert picture.memory_scale(rows) == (100 * MB, 233 * MB)
+    dev = ev["memory"]["devices"]["cuda:0"]
+    for row, s in zip(rows, dev["steps"]):  # the lane and the step's figures: one running total, two readings
+        values = [v for _, v in row["memory"]]
+        assert (values[0], max(values), values[-1]) == (s["allocated_start"], s["allocated_peak"], s["allocated_end"])
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_lean_trace_draws_no_memory_lane_and_says_so_in_one_line(tmp_path, capsys):
+    from steplens.evidence import picture
+
+    lean = [e for e in made_trace() if e["ph"] == "X"]
+    ev = summarize.summarize_events(lean, lanes=True)
+    assert ev["memory_lane"] == {"device": None, "null_reason": memory.NO_EVENTS}
+    assert all(r["memory"] is None for r in picture.lanes_of(ev)) and picture.memory_scale(picture.lanes_of(ev)) is None
+    path = write(tmp_path, lean)
+    assert picture.main([path, "--out", str(tmp_path / "lean.png")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"steplens picture: no memory lane: {memory.NO_EVENTS}"]
+    assert (tmp_path / "lean.png").stat().st_size > 0
+    assert picture.no_lane_line(memory.NO_EVENTS, short=True) == "no memory lane: the trace has no memory events"
+
+
+def test_cpu_memory_events_alone_draw_no_gpu_lane():
+    events = [step(1, 0, 100), scope(FORWARD_BACKWARD, 10, 50), mem(20, 8, 8, 0, device_type=0, device_id=-1)]
+    assert summarize.summarize_events(events, lanes=True)["memory_lane"]["null_reason"] == memory.NO_GPU_EVENTS
+
+
+def test_a_stored_h200_full_trace_s_memory_lanes_match_its_figures(tmp_path):
+    """The stored H200 eager traces with memory events: each step's lane starts, peaks and ends at its figures."""
+    from steplens.evidence import picture
+
+    full = [t for t in reprofile("eager") if run_json(t)["settings"]["profile_detail"] == "full"]
+    ev = summarize.summarize_file(full[0], lanes=True)
+    rows = picture.draw(ev, str(tmp_path / "h200.png"), "h200")
+    steps = ev["memory"]["devices"]["cuda:0"]["steps"]
+    assert len(rows) == len(steps) >= 3
+    for row, s in zip(rows, steps):
+        values = [v for _, v in row["memory"]]
+        assert (values[0], max(values), values[-1]) == (s["allocated_start"], s["allocated_peak"], s["allocated_end"])
+        assert len(values) == s["events"] + 2
+        assert all(0 <= ms <= row["cpu_ms"] + 1e-9 for ms, _ in row["memory"]), "the lane stays inside its step"

@@ -42,6 +42,7 @@ DOCUMENTED = [
     {"mode": "profile", "workers": 4, "profile_phase": "validation"},
     {"mode": "profile", "profile_phase": "checkpoint", "checkpoint_every": 3},
     {"mode": "bench", "workers": 4, "profile_phase": "validation"},
+    {"mode": "bench", "workers": 4, "memory_snapshot": True},
     {
         "mode": "bench",
         "gpu_input": True,
@@ -113,6 +114,7 @@ def test_resolved_command_parses_into_the_same_settings(params):
         "fused_sgd": False,
         "cuda_graph": False,
         "cudnn_benchmark": False,
+        "memory_snapshot": False,
         **params,
     }
     for key, value in expected.items():
@@ -135,6 +137,7 @@ def test_every_input_reaches_train_py():
         "fused_sgd": "true",
         "cuda_graph": "true",
         "cudnn_benchmark": "true",
+        "memory_snapshot": "true",
         "profile_detail": "lean",
         "scale_lr": "true",
         "profile_phase": "checkpoint",

@@ -126,6 +126,7 @@ def test_every_input_reaches_torchrun_or_train_py():
         "channels_last": "true",
         "fused_sgd": "true",
         "cudnn_benchmark": "true",
+        "memory_snapshot": "true",
         "slow_rank": "3",
         "slow_input_ms": "50",
         "profile_detail": "lean",

@@ -49,6 +49,7 @@ COLOURS = {
     "input gap": "#d62728",
     "waiting for the host": "#8c8c8c",
     "other idle": "#d9d9d9",
+    "memory": "#17becf",
 }
 NO_MATPLOTLIB = "matplotlib is not installed: no step picture was drawn (pip install matplotlib)"
 
@@ -60,8 +61,10 @@ class NoPicture(Exception):
 def lanes_of(evidence: dict[str, Any]) -> list[dict[str, Any]]:
     """Per step, the lanes to draw in milliseconds from each lane's own start, and their lengths.
 
-    Returns [{"step", "cpu_ms", "gpu_ms", "cpu": [(scope, start, length)], "gpu": [(kind, start, length)]}];
-    gpu_ms is None where the step has no GPU figures (a CPU-only trace, or an open GPU slot)."""
+    Returns [{"step", "cpu_ms", "gpu_ms", "cpu": [(scope, start, length)], "gpu": [(kind, start, length)],
+    "memory": [(ms, allocated bytes)]}]; gpu_ms is None where the step has no GPU figures (a CPU-only trace, or
+    an open GPU slot); memory is None where the trace has no GPU memory events (the memory lane's points are the
+    allocator's running totals, from the CPU lane's zero, memory.lane)."""
     out = []
     for s in evidence["steps"]:
         lanes = s.get("lanes")
@@ -72,6 +75,9 @@ def lanes_of(evidence: dict[str, Any]) -> list[dict[str, Any]]:
         row = {"step": s["step"], "cpu_ms": cpu_ms, "gpu_ms": None, "cpu": [], "gpu": []}
         start = lanes["cpu_start"]  # the ProfilerStep slice's start: its first scope may start later
         row["cpu"] = [(name, (a - start) / 1e3, (b - a) / 1e3) for name, a, b in lanes["cpu"]]
+        # the allocator's events are stamped on the host when the block is asked for: the CPU lane's zero
+        points = lanes.get("memory")
+        row["memory"] = [((ts - start) / 1e3, allocated) for ts, allocated in points] if points else None
         if gpu:
             g0 = gpu[0][1]
             row["gpu"] = [(kind, (a - g0) / 1e3, (b - a) / 1e3) for kind, a, b in gpu]
@@ -91,17 +97,47 @@ def draw(evidence: dict[str, Any], path: str, title: str) -> list[dict[str, Any]
         evidence["verdict"]["sentence"],
         evidence["has_gpu"],
         evidence.get("idle_basis") == "gpu_timeline",
+        (evidence.get("memory_lane") or {}).get("null_reason"),
     )
     return rows
 
 
+def memory_scale(rows: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """The memory lanes' common scale (lowest and highest allocated bytes drawn), or None when no row has a lane."""
+    values = [v for r in rows for _, v in r.get("memory") or []]
+    return (min(values), max(values)) if values else None
+
+
+def _memory_lane(ax: Any, row: dict[str, Any], y: float, scale: tuple[int, int]) -> str:
+    """One step's allocated memory as a step line in its lane (bottom: the scale's low, top: its high); its label."""
+    points = row.get("memory")
+    if not points:
+        ax.text(0, y, "  (no GPU memory events)", va="center", fontsize=8, color="#555555")
+        return "GPU mem  n/a"
+    lo, hi = scale
+    span = (hi - lo) or 1
+    xs = [ms for ms, _ in points]
+    ys = [y - 0.22 + 0.44 * (v - lo) / span for _, v in points]
+    ax.broken_barh([(0, row["cpu_ms"])], (y - 0.22, 0.44), facecolors="#f4f4f4", linewidth=0)
+    ax.step(xs, ys, where="post", color=COLOURS["memory"], linewidth=0.9)
+    return f"GPU mem  peak {max(v for _, v in points) / 1e6:.0f} MB"
+
+
 def draw_groups(
-    groups: list[tuple[str, list[dict[str, Any]]]], path: str, title: str, said: str, has_gpu: bool, gpu_slots: bool
+    groups: list[tuple[str, list[dict[str, Any]]]],
+    path: str,
+    title: str,
+    said: str,
+    has_gpu: bool,
+    gpu_slots: bool,
+    memory_note: str | None = None,
 ) -> None:
-    """Lane pairs for each (label, rows) group, one group per rank in a DDP run, on one time scale.
+    """Lane pairs for each (label, rows) group, one group per rank in a DDP run, on one time scale; a third lane,
+    the GPU's allocated memory, where the rows carry it.
 
     said: the sentence under the title (the verdict); gpu_slots: the GPU lanes are GPU slots (the CPU runs
-    ahead), which the axis says. Raises NoPicture when matplotlib is missing."""
+    ahead), which the axis says; memory_note: why there is no memory lane, said in one line under the title.
+    Raises NoPicture when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -111,10 +147,13 @@ def draw_groups(
     except ImportError as e:
         raise NoPicture(NO_MATPLOTLIB) from e
     rows = [(label, row) for label, group in groups for row in group]
-    fig, ax = plt.subplots(figsize=(11, 1.9 + 0.8 * len(rows)))
+    scale = memory_scale([row for _, row in rows])
+    h = 2.6 if scale else 2.0  # a step's height: its CPU and GPU lanes, and its memory lane
+    fig, ax = plt.subplots(figsize=(11, 1.9 + 0.4 * h * len(rows)))
     ticks, labels = [], []
     for i, (label, row) in enumerate(rows):
-        y_cpu, y_gpu = 2 * (len(rows) - 1 - i) + 1.0, 2 * (len(rows) - 1 - i) + 0.45
+        y_cpu = h * (len(rows) - 1 - i) + h - 1.0
+        y_gpu = y_cpu - 0.55
         ax.broken_barh([(0, row["cpu_ms"])], (y_cpu - 0.22, 0.44), facecolors="white", edgecolors="#555555")
         for name, a, w in row["cpu"]:
             ax.broken_barh([(a, w)], (y_cpu - 0.22, 0.44), facecolors=COLOURS[name], linewidth=0, antialiased=False)
@@ -129,18 +168,14 @@ def draw_groups(
             ax.text(0, y_gpu, f"  ({reason})", va="center", fontsize=8, color="#555555")
             labels.append("GPU  n/a")
         ticks.append(y_gpu)
+        if scale:
+            labels.append(_memory_lane(ax, row, y_gpu - 0.55, scale))
+            ticks.append(y_gpu - 0.55)
     ax.set_yticks(ticks)
     ax.set_yticklabels(labels, fontsize=8)
-    ax.set_xlabel(
-        "milliseconds from the start of each lane, to scale; "
-        + (
-            "the GPU lane is the step's own GPU slot (the CPU runs ahead of the GPU)"
-            if gpu_slots
-            else "both lanes start with the CPU's step"
-        ),
-        fontsize=8,
-    )
+    ax.set_xlabel(axis_label(gpu_slots, scale), fontsize=8)
     ax.set_xlim(0, max([r["cpu_ms"] for _, r in rows] + [r["gpu_ms"] or 0 for _, r in rows]) * 1.02)
+<<<<<<< HEAD
     drawn = {name for _, r in rows for name, _, _ in r["cpu"]}
     legend = [
         Patch(facecolor=COLOURS[k], label=k)
@@ -155,7 +190,18 @@ def draw_groups(
             for k in ("busy", "input gap", "waiting for the host", "other idle")
         ]
     fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=8, frameon=False)
+=======
+    fig.legend(
+        handles=legend([r for _, r in rows], has_gpu, bool(scale), Patch),
+        loc="lower center",
+        ncol=4,
+        fontsize=8,
+        frameon=False,
+    )
+>>>>>>> snap
     wrapped = "\n".join(textwrap.wrap(said, 130))
+    if not scale:
+        wrapped += "\n" + no_lane_line(memory_note, short=True)
     ax.set_title(f"{title}\n{wrapped}", fontsize=9, loc="left")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -170,6 +216,7 @@ def draw_groups(
             os.remove(tmp)
 
 
+<<<<<<< HEAD
 def nearby_label(trace: str) -> str | None:
     """The run's label (formatting.run_label) from the run.json of a train.py run the trace lies in
     (outputs/traces/, or outputs/traces/rankR/ in DDP); None elsewhere."""
@@ -184,6 +231,47 @@ def nearby_label(trace: str) -> str | None:
         if isinstance(settings, dict):
             return run_label(settings)
     return None
+=======
+def legend(rows: list[dict[str, Any]], has_gpu: bool, memory: bool, patch: Any) -> list[Any]:
+    """The legend's patches: the scopes drawn (or the input beside them), the GPU's kinds, the memory line."""
+    drawn = {name for r in rows for name, _, _ in r["cpu"]}
+    out = [
+        patch(facecolor=COLOURS[k], label=k)
+        for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)
+        if k in drawn or "input" not in drawn
+    ]
+    if "input" in drawn:
+        out.insert(0, patch(facecolor=COLOURS["input"], label="input (DataLoader annotation or --input-scope)"))
+    if has_gpu:
+        out += [
+            patch(facecolor=COLOURS[k], label=f"GPU {k}")
+            for k in ("busy", "input gap", "waiting for the host", "other idle")
+        ]
+    if memory:
+        out.append(patch(facecolor=COLOURS["memory"], label="GPU allocated memory"))
+    return out
+
+
+def axis_label(gpu_slots: bool, scale: tuple[int, int] | None) -> str:
+    """The x axis's words: each lane's zero, and the memory lanes' common scale."""
+    label = "milliseconds from the start of each lane, to scale; " + (
+        "the GPU lane is the step's own GPU slot (the CPU runs ahead of the GPU)"
+        if gpu_slots
+        else "both lanes start with the CPU's step"
+    )
+    if scale:
+        label += (
+            f"\nGPU memory lanes: allocated MB from {scale[0] / 1e6:.0f} (bottom) to {scale[1] / 1e6:.0f} (top), "
+            "on the CPU lane's time (the allocator's events are stamped when the host asks for a block)"
+        )
+    return label
+
+
+def no_lane_line(reason: str | None, short: bool = False) -> str:
+    """The one line said where no memory lane is drawn; short: the reason's first clause (the picture's line)."""
+    reason = reason or "no GPU memory events in these steps"
+    return f"no memory lane: {reason.split(':')[0] if short else reason}"
+>>>>>>> snap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,8 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
         for line in damage_lines(evidence):
             print(f"steplens picture: warning: {line}", file=sys.stderr)
+<<<<<<< HEAD
         label = nearby_label(args.trace)
         draw(evidence, out, f"{label}: {os.path.basename(args.trace)}" if label else os.path.basename(args.trace))
+=======
+        draw(evidence, out, os.path.basename(args.trace))
+        if evidence["memory_lane"]["device"] is None:
+            print(f"steplens picture: {no_lane_line(evidence['memory_lane']['null_reason'])}", file=sys.stderr)
+>>>>>>> snap
     except (reader.TraceError, NoPicture) as e:
         print(f"steplens picture: error: {e}", file=sys.stderr)
         return 1

@@ -138,6 +138,14 @@ def trace_header(r: _Reading, name: str) -> dict[str, Any]:
     }
 
 
+def memory_lanes(r: _Reading, evidence: dict[str, Any], per_step: list[dict[str, Any]]) -> None:
+    """Each step's GPU memory lane ([[ts, allocated bytes]], memory.lane), and the device drawn or why none is."""
+    got = memory.lane(r.t.memory, r.t.steps)
+    evidence["memory_lane"] = {"device": got["device"], "null_reason": got["null_reason"]}
+    for step in per_step:
+        step["lanes"]["memory"] = got["steps"].get(step["step"])
+
+
 def cpu_only_evidence(r: _Reading, evidence: dict[str, Any], lanes: bool) -> dict[str, Any]:
     """A CPU-only trace: the scopes' CPU time per step; every GPU figure null with its reason."""
     t = r.t
@@ -146,6 +154,7 @@ def cpu_only_evidence(r: _Reading, evidence: dict[str, Any], lanes: bool) -> dic
     if lanes:
         for step, (_, a, b) in zip(per_step, t.steps):
             step["lanes"] = {"cpu_start": a, "cpu": cpu_lane(r.scopes, a, b, r.drawn_input), "gpu": None}
+        memory_lanes(r, evidence, per_step)
     window = {
         **r.cpu_figs(r.window_cpu),
         "pace_us": sum(r.walls),
@@ -380,6 +389,8 @@ def summarize_trace(
     # 3) each step, then the window
     annotations = gpu_annotations(t)
     per_step = [step_evidence(r, num, a, b, slots, slot_reason, annotations, lanes) for num, a, b in t.steps]
+    if lanes:
+        memory_lanes(r, evidence, per_step)
     window_span = [[min(ev[1] for ev, _ in all_mine), last_gpu_end]] if all_mine else []
     window = window_evidence(r, all_mine, window_work, window_span, lag, slots, slot_reason)
     # 4) what the figures leave out, and the verdict

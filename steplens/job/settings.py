@@ -13,6 +13,7 @@ from steplens import scopes
 from steplens.job import distributed, phases
 from steplens.job.data import SYNTHETIC_SIZE
 from steplens.job.learning import REFERENCE_BATCH
+from steplens.job.memory_snapshot import MAX_ENTRIES, NEEDS_CUDA, STEPS
 from steplens.job.paths import DEFAULT_DATA_DIR
 from steplens.speedups import options
 
@@ -129,6 +130,14 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
         "unprofiled pace (default: full)",
     )
     p.add_argument(
+        "--memory-snapshot",
+        action="store_true",
+        help=f"after the warm-up, record the CUDA caching allocator's history over {STEPS} steps (Python stacks, "
+        f"at most {MAX_ENTRIES} entries), then time {STEPS} steps without it; the snapshot "
+        "(memory-snapshot.pickle, for pytorch.org/memory_viz) and its text summary go beside run.json; "
+        "outside the bench window and the profiler's steps (needs CUDA) (default: off)",
+    )
+    p.add_argument(
         "--trace-format",
         choices=["json.gz", "json"],
         default="json.gz",
@@ -171,6 +180,8 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
             f"{SYNTHETIC_SIZE} images (one step would need more than the whole set)"
         )
     options.check(args, parser.error)
+    if args.memory_snapshot and args.device == "cpu":
+        parser.error(f"argument --memory-snapshot: {NEEDS_CUDA}, not --device cpu")
     if args.cuda_graph and args.lr_warmup_steps >= max(args.warmup_steps, 1):
         parser.error(
             f"argument --lr-warmup-steps: with --cuda-graph the captured step keeps the rate it was "

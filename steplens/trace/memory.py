@@ -192,3 +192,26 @@ def figures(
                         sc["reserved_change"] = sc["reserved_peak"] = None
         out["devices"][name] = dev
     return out
+
+
+NO_GPU_EVENTS = "the trace's memory events are the CPU's alone: it holds no GPU memory to draw"
+
+
+def lane(memory: Memory, steps: list[tuple[int, float, float]]) -> dict[str, Any]:
+    """The GPU's allocated memory over each step, for the step picture: {"device", "null_reason", "steps": {step:
+    [(ts, allocated bytes)]}}. Each step's points: the total at its start, the running total after each of its
+    events (the allocator's own `Total Allocated`), and the total at its end. One device: the GPU with the most
+    events (a process has one). Without GPU memory events, device None and the reason."""
+    gpus = [name for name in memory.devices if name != "cpu"]
+    if not gpus:
+        reason = NO_GPU_EVENTS if memory.devices else NO_EVENTS
+        return {"device": None, "null_reason": reason, "steps": {}}
+    name = max(sorted(gpus), key=lambda n: len(memory.devices[n].ts))
+    d, _ = _sorted(memory.devices[name])
+    out = {}
+    for num, a, b in steps:
+        i0, i1 = bisect_left(d.ts, a), bisect_left(d.ts, b)
+        points = [(a, _at(d, i0)[0])]
+        points += [(d.ts[i], d.allocated[i]) for i in range(i0, i1)]
+        out[num] = points + [(b, _at(d, i1)[0])]
+    return {"device": name, "null_reason": None, "steps": out}

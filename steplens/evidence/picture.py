@@ -175,22 +175,6 @@ def draw_groups(
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xlabel(axis_label(gpu_slots, scale), fontsize=8)
     ax.set_xlim(0, max([r["cpu_ms"] for _, r in rows] + [r["gpu_ms"] or 0 for _, r in rows]) * 1.02)
-<<<<<<< HEAD
-    drawn = {name for _, r in rows for name, _, _ in r["cpu"]}
-    legend = [
-        Patch(facecolor=COLOURS[k], label=k)
-        for k in scope_set(drawn)  # the phase's scopes (steplens/scopes.py)
-        if k in drawn or "input" not in drawn
-    ]
-    if "input" in drawn:
-        legend.insert(0, Patch(facecolor=COLOURS["input"], label="input (DataLoader annotation or --input-scope)"))
-    if has_gpu:
-        legend += [
-            Patch(facecolor=COLOURS[k], label=f"GPU {k}")
-            for k in ("busy", "input gap", "waiting for the host", "other idle")
-        ]
-    fig.legend(handles=legend, loc="lower center", ncol=4, fontsize=8, frameon=False)
-=======
     fig.legend(
         handles=legend([r for _, r in rows], has_gpu, bool(scale), Patch),
         loc="lower center",
@@ -198,7 +182,6 @@ def draw_groups(
         fontsize=8,
         frameon=False,
     )
->>>>>>> snap
     wrapped = "\n".join(textwrap.wrap(said, 130))
     if not scale:
         wrapped += "\n" + no_lane_line(memory_note, short=True)
@@ -216,7 +199,6 @@ def draw_groups(
             os.remove(tmp)
 
 
-<<<<<<< HEAD
 def nearby_label(trace: str) -> str | None:
     """The run's label (formatting.run_label) from the run.json of a train.py run the trace lies in
     (outputs/traces/, or outputs/traces/rankR/ in DDP); None elsewhere."""
@@ -231,13 +213,14 @@ def nearby_label(trace: str) -> str | None:
         if isinstance(settings, dict):
             return run_label(settings)
     return None
-=======
+
+
 def legend(rows: list[dict[str, Any]], has_gpu: bool, memory: bool, patch: Any) -> list[Any]:
     """The legend's patches: the scopes drawn (or the input beside them), the GPU's kinds, the memory line."""
     drawn = {name for r in rows for name, _, _ in r["cpu"]}
     out = [
         patch(facecolor=COLOURS[k], label=k)
-        for k in (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)
+        for k in scope_set(drawn)  # the phase's scopes (steplens/scopes.py)
         if k in drawn or "input" not in drawn
     ]
     if "input" in drawn:
@@ -271,7 +254,6 @@ def no_lane_line(reason: str | None, short: bool = False) -> str:
     """The one line said where no memory lane is drawn; short: the reason's first clause (the picture's line)."""
     reason = reason or "no GPU memory events in these steps"
     return f"no memory lane: {reason.split(':')[0] if short else reason}"
->>>>>>> snap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,14 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
         for line in damage_lines(evidence):
             print(f"steplens picture: warning: {line}", file=sys.stderr)
-<<<<<<< HEAD
         label = nearby_label(args.trace)
         draw(evidence, out, f"{label}: {os.path.basename(args.trace)}" if label else os.path.basename(args.trace))
-=======
-        draw(evidence, out, os.path.basename(args.trace))
         if evidence["memory_lane"]["device"] is None:
             print(f"steplens picture: {no_lane_line(evidence['memory_lane']['null_reason'])}", file=sys.stderr)
->>>>>>> snap
     except (reader.TraceError, NoPicture) as e:
         print(f"steplens picture: error: {e}", file=sys.stderr)
         return 1

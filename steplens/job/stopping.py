@@ -19,7 +19,7 @@ class StopRequested(BaseException):
     def __init__(self, signum: int, phase: str, steps_done: int):
         self.signum, self.phase, self.steps_done = signum, phase, steps_done
         self.signal_name = signal.Signals(signum).name
-        super().__init__(f"stopped by {self.signal_name} during {phase} after {steps_done} completed steps")
+        super().__init__(f"stopped by {self.signal_name} during {phase}, {steps_done} steps completed in it")
 
     @property
     def exit_code(self) -> int:

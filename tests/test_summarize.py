@@ -724,3 +724,27 @@ def test_summarize_roofline_adds_the_classes_against_the_gpu_s_limits(capsys):
     assert 0 < copies["counted_us"] <= copies["us"], copies
     assert summarize.main([trace[0], "--roofline"]) == 0
     assert "roofline by kernel class" in capsys.readouterr().out
+
+
+def test_a_trace_of_profile_mode_names_the_runs_own_verdict_beside_its_own(tmp_path, capsys):
+    """Beside a trace of profile mode lies its evidence with the verdict told the capture's limits: summarize of the
+    trace alone prints that sentence too (text and JSON) where it differs, and nothing where there is none."""
+    events = []
+    for i in range(3):
+        events += [
+            step(i + 1, 1000 * i, 1000),
+            scope(NEXT_BATCH, 1000 * i, 600),
+            scope(FORWARD_BACKWARD, 1000 * i + 600, 300),
+        ]
+    path = write(tmp_path, events, name="trace-cycle1-steps1-3.pt.trace.json")
+    assert summarize.main([path]) == 0
+    assert "The run's own evidence" not in capsys.readouterr().out
+    said = "Uncertain: the profiler made those steps 1.69x as long; mode=bench decides."
+    with open(tmp_path / "trace-cycle1-steps1-3.evidence.json", "w") as f:
+        json.dump({"verdict": {"sentence": said}}, f)
+    assert summarize.main([path]) == 0
+    out = capsys.readouterr().out
+    assert "The run's own evidence (trace-cycle1-steps1-3.evidence.json) adds" in out and out.rstrip().endswith(said)
+    assert summarize.main([path, "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["run_verdict"]
+    assert run == {"file": "trace-cycle1-steps1-3.evidence.json", "sentence": said}

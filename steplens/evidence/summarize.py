@@ -10,6 +10,7 @@ Every figure is defined once in docs/EVIDENCE.md."""
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -462,14 +463,35 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as e:
         print(f"steplens summarize: error: {e}", file=sys.stderr)
         return 1
+    runs = [run_verdict(t, ev) for t, ev in zip(args.traces, evidences)]
     if args.json:
-        for ev in evidences:
-            print(json.dumps(ev, sort_keys=True))
+        for ev, run in zip(evidences, runs):
+            print(json.dumps({**ev, "run_verdict": run} if run else ev, sort_keys=True))
     else:
         sys.stdout.write(format_table(evidences))
+        for run in filter(None, runs):
+            print(
+                f"The run's own evidence ({run['file']}) adds what profile mode measured around the capture "
+                f"(the profiler's slow-down, refilled queues): {run['sentence']}"
+            )
         for ev in evidences if args.roofline else []:
             sys.stdout.write(format_roofline(ev["roofline"], damage=False))
     return 0
+
+
+def run_verdict(trace: str, evidence: dict[str, Any]) -> dict[str, str] | None:
+    """The verdict profile mode wrote beside a trace of its own (TRACE.evidence.json), where it differs from the
+    trace's alone: it adds what the trace cannot hold (docs/EVIDENCE.md#the-verdict). None elsewhere."""
+    path = trace.rsplit(".pt.trace.", 1)[0] + ".evidence.json"
+    try:
+        with open(path) as f:
+            sentence = json.load(f)["verdict"]["sentence"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    mine = (evidence.get("verdict") or {}).get("sentence")
+    if not isinstance(sentence, str) or sentence == mine:
+        return None
+    return {"file": os.path.basename(path), "sentence": sentence}
 
 
 if __name__ == "__main__":

@@ -301,6 +301,10 @@ def test_pooled_pairs_keep_a_slower_pair_and_a_worse_loss_and_skip_one_machine_g
     for r in h100[4:]:
         r["machine"]["gpu"] = "NVIDIA H100 80GB HBM3"
     assert comparison.compare_records(h100, per_host=True)["pooled"] == [], "an H100's pairs never join an H200's"
+    unknown = three_machines([[1.06, 1.05], [1.04]], workers=4)
+    for r in unknown:
+        r["machine"].update(gpu=None, torch=None)
+    assert comparison.compare_records(unknown, per_host=True)["pooled"] == [], "machines of no known kind never pool"
     for r in records:
         worse = r["settings"]["workers"] == 4 and r["machine"]["boot_id"] == "boot-2"
         r["outputs"]["loss_final"] = 0.5 if worse else 0.1

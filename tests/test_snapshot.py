@@ -361,3 +361,14 @@ def test_a_failing_step_still_stops_the_recording(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         memory_snapshot.SnapshotPhase().run(step, torch.device("cuda", 0), FakeRecord(str(tmp_path)), Stopper(), world)
     assert calls[-1] == {"enabled": None} and os.listdir(tmp_path) == []
+
+
+def test_a_block_freed_but_pending_on_another_stream_is_in_use_under_the_name_torch_writes():
+    """torch's allocator writes "active_pending_free" for a block freed while another stream still uses it
+    (record_stream): the gradient's block in that state is still in use, so the peak and the groups are unchanged
+    and the history agrees with the end state (no mismatch)."""
+    made = made_snapshot()
+    made["segments"][0]["blocks"][2]["state"] = "active_pending_free"
+    (d,) = snapshot.summarize(made)["devices"]
+    assert d["peak_bytes"] == 37_600_000 and groups_of(d) == GROUPS
+    assert d["mismatches"] == 0

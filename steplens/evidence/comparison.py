@@ -250,6 +250,8 @@ def pooled_pairs(tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for t in tables:
         base = t["groups"][0]["group"]
         kind = tuple(t["machine"].get(k) for k in POOLED_KIND)
+        if t["machine"].get("gpu") is None or t["machine"].get("torch") is None:  # runs without machine facts
+            continue  # are of no known kind: never pooled with others
         for g in t["groups"][1:]:
             if g["pairs"]:
                 found.setdefault((kind, base, g["group"]), []).append((t, g))
@@ -416,7 +418,8 @@ def host_side(runs: list[dict[str, Any]]) -> dict[str, float | None]:
     for k in HOST_FIGURES:
         values = [supply_per_sec(r["outputs"]) if k == "input_supply_per_sec" else r["outputs"].get(k) for r in runs]
         out[k] = None if not values or any(v is None for v in values) else statistics.median(values)
-    batch = {r["settings"].get("batch_size") for r in runs}
+    # samples/s of a DDP job counts every rank; one step of the job takes batch_size samples on each of them
+    batch = {r["settings"].get("batch_size", 0) * (r["settings"].get("world_size") or 1) for r in runs}
     out["batch_size"] = batch.pop() if len(batch) == 1 else None
     return out
 

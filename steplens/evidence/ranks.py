@@ -146,6 +146,8 @@ def timelines(events: Iterable[dict]) -> dict[str, Any]:
         except (KeyError, TypeError, ValueError):
             continue
         cat, name, thread = ev.get("cat", ""), ev.get("name", ""), (ev.get("pid"), ev.get("tid"))
+        if not isinstance(cat, str) or not isinstance(name, str):  # the damage pass counts such an event
+            continue
         if cat == "user_annotation":
             if name.startswith("ProfilerStep#"):
                 number = name.split("#", 1)[1]

@@ -24,7 +24,9 @@ from typing import Any
 
 from steplens.atomic import write_atomic
 
-ACTIVE = ("active_allocated", "active_awaiting_free")  # a block in use, or freed and waiting on another stream
+# A block in use, or freed and waiting on another stream: torch writes "active_pending_free" (its docstring says
+# "active_awaiting_free"; both are read).
+ACTIVE = ("active_allocated", "active_pending_free", "active_awaiting_free")
 NO_STACK = "(no Python stack)"
 BEFORE_HISTORY = "(allocated before the recorded history, freed in it: no stack kept)"
 OTHER = "other"

@@ -219,10 +219,10 @@ class CycleEdges:
 
     The CPU counters are read as the cycle's first recorded step begins, before its input/next_batch, and as its
     last recorded step ends, after its train/optimizer: inside those two ProfilerStep slices, outside the four
-    scopes (under a point of a millisecond each, timed in read_ms). Host memory takes longer to read (smaps_rollup
-    walks every mapping): it is read outside the trace, as the warm-up step before the cycle ends and, given the
-    TraceWriter, as the profiler hands over the finished cycle, before its trace is written. Pauses calls
-    before_step and after_step; the reads count as pauses between steps.
+    scopes (1 to 7 ms each on a loaded 2-core machine, timed in read_ms and not subtracted from those steps).
+    Host memory takes longer to read (smaps_rollup walks every mapping): it is read outside the trace, as the
+    warm-up step before the cycle ends and, given the TraceWriter, as the profiler hands over the finished cycle,
+    before its trace is written. Pauses calls before_step and after_step; the reads count as pauses between steps.
     """
 
     def __init__(self, batches: Any, writer: TraceWriter | None = None, schedule: dict[str, int] = SCHEDULE):

@@ -64,6 +64,9 @@ def test_a_cycle_cut_short_has_no_figures():
 
 def test_the_run_label_names_workers_batch_and_the_fixes_on():
     assert run_label({"workers": 4, "batch_size": 128, "amp": "off", "fused_sgd": False}) == "workers=4, batch 128"
+    phase = {"workers": 4, "batch_size": 128, "profile_phase": "train"}
+    assert run_label(phase) == "workers=4, batch 128", "the training phase is the default: not named"
+    assert run_label({**phase, "profile_phase": "validation"}) == "workers=4, batch 128, --profile-phase validation"
     assert (
         run_label({"workers": 0, "batch_size": 512, "profile_detail": "lean", "amp": "bf16", "channels_last": True})
         == "workers=0, batch 512, lean capture, --amp bf16 --channels-last"

@@ -38,8 +38,14 @@ def configuration(settings: dict[str, Any]) -> str:
     flags = [f"--workers {settings.get('workers', 0)}"] if not settings.get("gpu_input") else []
     for k in sorted(set(settings) - BASE_SETTINGS):
         v = settings[k]
-        if v is False or v is None or v == "off" or (k in OFF_AT_ZERO and v == 0):
-            continue  # off: --lr-warmup-steps 0 is no ramp, as in runs that predate the setting
+        if (
+            v is False
+            or v is None
+            or v == "off"
+            or (k in OFF_AT_ZERO and v == 0)
+            or (k, v) == ("profile_phase", "train")
+        ):
+            continue  # off: --lr-warmup-steps 0 is no ramp (as in older runs); train is the default phase
         flag = "--" + k.replace("_", "-")
         flags.append(flag if v is True else f"{flag} {v}")
     return " ".join(flags) or "defaults"

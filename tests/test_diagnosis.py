@@ -4,7 +4,7 @@ here from the figures given, each sentence checked word for word where its words
 import pytest
 
 from steplens.evidence import attribution, diagnosis
-from steplens.scopes import NEXT_BATCH, SCOPES
+from steplens.scopes import EVAL_FORWARD, EVAL_SCOPES, EVAL_TO_DEVICE, NEXT_BATCH, PHASES, SAVE, SCOPES
 
 OUTSIDE = attribution.OUTSIDE_SCOPES
 
@@ -431,3 +431,205 @@ def test_a_missing_input_figure_ends_the_full_sentence():
         "The GPU idles for 70% of the step, and host work outside the four scopes is its largest wait"
     )
     assert v["sentence"].endswith(". No input figure: no input source: the reason.")
+
+
+# The next steps written out word for word (not read from diagnosis), so that a changed word is seen.
+SAVE_ADVICE = (
+    "save less often (--checkpoint-every), or copy the state to host memory and write the file from a "
+    "background thread, then measure the save with mode=bench"
+)
+MEASURE_BY_HAND = "then time the change without the profiler, a few runs each way"
+LOADER_ADVICE = (
+    "more DataLoader worker processes (num_workers) within the job's CPUs, or a cheaper transform, " + MEASURE_BY_HAND
+)
+NO_LOADER_ADVICE = (
+    "prepare the next batch while the step runs (a DataLoader with worker processes, or a background thread), "
+    "or make it cheaper, " + MEASURE_BY_HAND
+)
+CPU_ONLY = "(a CPU-only trace has no GPU tracks: it cannot tell whether a GPU would wait)"
+
+
+def test_a_damaged_trace_withholds_the_verdict_and_names_each_damage():
+    hurt = [gpu_trace(damage_withheld="steps cut"), gpu_trace(damage_withheld=None), gpu_trace(damage_withheld="x")]
+    assert diagnosis.verdict(hurt) == {
+        "stage": None,
+        "part": None,
+        "share": None,
+        "runner_up": None,
+        "next": None,
+        "sentence": "Withheld: the trace is damaged where the verdict reads it (steps cut; x), so its figures may "
+        "be wrong. Export the trace again, or repair it (docs/EVIDENCE.md#damaged-traces).",
+    }
+    assert diagnosis.verdict(gpu_trace(damage_withheld=None))["stage"] == "waiting for input"
+
+
+def test_the_scopes_a_verdict_reads_are_the_traces_own_set_when_they_agree():
+    checkpoint = list(PHASES["checkpoint"])  # as it is stored in the evidence's JSON
+    assert diagnosis.scope_names([{"scope_set": checkpoint}]) == SCOPES + (SAVE,)
+    assert diagnosis.scope_names([{"scope_set": list(EVAL_SCOPES)}, {"scope_set": list(EVAL_SCOPES)}]) == EVAL_SCOPES
+    assert diagnosis.scope_names([{"scope_set": list(EVAL_SCOPES)}, {"scope_set": checkpoint}]) == SCOPES
+    assert diagnosis.scope_names([{"scope_set": None}, {}]) == SCOPES
+    assert diagnosis.scope_names([{"scope_set": list(EVAL_SCOPES)}, {}]) == SCOPES, "an old trace reads as training"
+
+
+def saving(saves, trace, scopes=PHASES["checkpoint"]):
+    """A checkpoint-phase GPU window: a 1000 us step, busy 300; the GPU waits 100 in the input, 50 in
+    train/forward_backward, 450 in checkpoint/save, 50 outside the scopes; 50 idle with work queued."""
+    p = part(host_wait_us=650.0, input_gap_us=100.0)
+    p["scopes_cpu_us"] = dict(p["scopes_cpu_us"], **{SAVE: 300.0})
+    p["waits_by_scope_us"] = {
+        NEXT_BATCH: 100.0,
+        "input/to_device": 0.0,
+        "train/forward_backward": 50.0,
+        "train/optimizer": 0.0,
+        SAVE: 450.0,
+    }
+    return gpu_trace(p, scopes=scopes, scope_set=list(scopes), saves=saves, trace=trace)
+
+
+def test_a_gpu_trace_held_by_its_saves_names_the_longest_save_word_for_word():
+    """Three traces of one window each (the shares are those of one): save 45%, input 10%, the rest 5% or 0.
+    The longest save is trace b's second: 150000 us, 120000 us of it with the GPU idle, 45.6% of its step."""
+    a = saving([{"step": 3, "save_us": 90000.0, "share_of_step": 0.5, "gpu_idle_us": 80000.0}], "a.json")
+    longest = {"step": 7, "save_us": 150000.0, "share_of_step": 0.456, "gpu_idle_us": 120000.0}
+    b = saving([{"step": 5, "save_us": 1000.0, "share_of_step": 0.1, "gpu_idle_us": 0.0}, longest], "b.json")
+    b["window"]["steps"] = 2
+    c = saving(None, "c.json")
+    v = diagnosis.verdict([a, b, c])
+    assert (v["stage"], v["part"], v["share"], v["runner_up"]) == ("saving a checkpoint", SAVE, 0.45, None)
+    assert v["next"] == SAVE_ADVICE
+    assert v["save"] == {**longest, "trace": "b.json"}
+    assert v["sentence"] == (
+        "The GPU idles for 70% of the step, and saving a checkpoint is its largest wait: the GPU sits idle while "
+        f"checkpoint/save runs for 45% of the step. Next: {SAVE_ADVICE}. The longest save, in ProfilerStep#7, "
+        "took 150.0 ms, 46% of that step; the GPU sat idle for 120.0 ms of it."
+    )
+    without = diagnosis.verdict(saving(None, "c.json"))
+    assert without["part"] == SAVE and without["save"] is None
+    assert without["sentence"].endswith(f"Next: {SAVE_ADVICE}."), "no save found: nothing added"
+
+
+def test_the_longest_save_sentence_word_for_word():
+    assert diagnosis.save_sentence(None) == ""
+    full = {"step": 12, "save_us": 150000.0, "share_of_step": 0.456, "gpu_idle_us": 120000.0}
+    assert diagnosis.save_sentence(full) == (
+        " The longest save, in ProfilerStep#12, took 150.0 ms, 46% of that step; the GPU sat idle for 120.0 ms of it."
+    )
+    bare = {"step": None, "save_us": 2500.0, "share_of_step": None, "gpu_idle_us": None}
+    assert diagnosis.save_sentence(bare) == (
+        " The longest save, in no profiled step, took 2.5 ms; no GPU figure (a CPU-only trace)."
+    )
+    assert diagnosis.longest_save([{"trace": "t", "saves": []}, {"trace": "u"}]) is None
+
+
+def test_a_cpu_only_trace_held_by_its_saves_names_a_close_runner_up_by_its_value():
+    """save 400 of a 1000 us step, forward_backward 350 (5% behind), the optimizer 200: the runner-up is the
+    largest other part, not the last one by name."""
+    cpu = {NEXT_BATCH: 30.0, "input/to_device": 10.0, "train/forward_backward": 350.0, "train/optimizer": 200.0}
+    ev = cpu_trace(dict(cpu, **{SAVE: 400.0}), scopes=PHASES["checkpoint"])
+    ev.update(scope_set=list(PHASES["checkpoint"]), trace="cpu.json")
+    ev["saves"] = [{"step": None, "save_us": 150000.0, "share_of_step": None, "gpu_idle_us": None}]
+    v = diagnosis.verdict(ev)
+    assert (v["stage"], v["part"], v["share"], v["next"]) == ("saving a checkpoint", SAVE, 0.4, SAVE_ADVICE)
+    assert v["runner_up"] == {
+        "stage": "CPU compute (forward and backward)",
+        "part": "train/forward_backward",
+        "share": 0.35,
+    }
+    assert v["sentence"] == (
+        "Saving a checkpoint holds the step: checkpoint/save takes 40% of the step's CPU time, closely followed by "
+        f"train/forward_backward (35%) {CPU_ONLY}. Next: {SAVE_ADVICE}. The longest save, in no profiled step, "
+        "took 150.0 ms; no GPU figure (a CPU-only trace)."
+    )
+
+
+def test_a_cpu_runner_up_exactly_ten_percent_behind_is_named_by_the_input_s_own_name():
+    """A 10 us step: forward_backward 2 us, the input 1 us: (2 - 1) / 10 is CLOSE exactly in binary."""
+    assert (2.0 - 1.0) / 10.0 == diagnosis.CLOSE
+    cpu = {NEXT_BATCH: 1.0, "input/to_device": 0.5, "train/forward_backward": 2.0, "train/optimizer": 0.0}
+    v = diagnosis.verdict(cpu_trace(cpu, wall=10.0))
+    assert v["runner_up"] == {"stage": "waiting for input", "part": "input", "share": 0.1}
+    assert v["sentence"] == (
+        "CPU compute (forward and backward) holds the step: train/forward_backward takes 20% of the step's CPU "
+        f"time, closely followed by input/next_batch (10%) {CPU_ONLY}. "
+        "Next: profile on a GPU to see what the GPU would do."
+    )
+
+
+def test_a_cpu_runner_up_needs_a_share_above_0_and_a_lone_part_has_none():
+    """The input 50 of a 1000 us step: a part of 0.5 us is within the window and named, parts of 0 are not."""
+    tiny = {NEXT_BATCH: 50.0, "input/to_device": 0.0, "train/forward_backward": 0.5, "train/optimizer": 0.0}
+    v = diagnosis.verdict(cpu_trace(tiny))
+    assert v["runner_up"] == {
+        "stage": "CPU compute (forward and backward)",
+        "part": "train/forward_backward",
+        "share": 0.0005,
+    }
+    zero = dict(tiny, **{"train/forward_backward": 0.0})
+    v = diagnosis.verdict(cpu_trace(zero))
+    assert (v["part"], v["share"], v["runner_up"]) == ("input", 0.05, None)
+    lone = {NEXT_BATCH: 300.0, "input/to_device": None, "train/forward_backward": None, "train/optimizer": None}
+    v = diagnosis.verdict(cpu_trace(lone))
+    assert (v["part"], v["runner_up"]) == ("input", None)
+    assert v["sentence"] == (
+        f"Waiting for input holds the step: input/next_batch takes 30% of the step's CPU time {CPU_ONLY}. "
+        "Next: more DataLoader workers within the job's CPUs (--workers 4; -P workers=4 on Polyaxon), then "
+        "measure with mode=bench."
+    )
+
+
+def other_loop_input(loader):
+    """The input_source of a loop without the four scopes: the loader seen, not seen, or not said (None)."""
+    src = {"name": "my/fetch", "kind": "--input-scope", "null_reason": None}
+    return src if loader is None else dict(src, dataloader_in_trace=loader)
+
+
+@pytest.mark.parametrize("loader,advice", [(None, LOADER_ADVICE), (True, LOADER_ADVICE), (False, NO_LOADER_ADVICE)])
+def test_a_cpu_only_trace_of_another_loop_gets_advice_without_flags(loader, advice):
+    """No scopes: the input 600 of a 1000 us step against the rest 400 (20% behind: no runner-up)."""
+    ev = cpu_trace({n: None for n in SCOPES}, scopes=(), input_cpu_us=600.0)
+    ev["input_source"] = other_loop_input(loader)
+    v = diagnosis.verdict(ev)
+    assert (v["part"], v["share"], v["runner_up"], v["next"]) == ("input", 0.6, None, advice)
+    assert v["sentence"] == (
+        f"Waiting for input holds the step: the input (my/fetch) takes 60% of the step's CPU time {CPU_ONLY}. "
+        f"Next: {advice}."
+    )
+    ev["window"]["input_cpu_us"] = 300.0
+    rest = diagnosis.verdict(ev)
+    assert (rest["part"], rest["next"]) == (OUTSIDE, "look in the trace at what the CPU runs between the scopes")
+
+
+@pytest.mark.parametrize("loader,advice", [(None, LOADER_ADVICE), (True, LOADER_ADVICE), (False, NO_LOADER_ADVICE)])
+def test_a_gpu_trace_of_another_loop_gets_advice_without_flags(loader, advice):
+    """No scopes: busy 30%, the input gap 40%, the rest of the host's waits 25%, queued 5%."""
+    ev = gpu_trace(part(), scopes=())
+    ev["input_source"] = other_loop_input(loader)
+    v = diagnosis.verdict(ev)
+    assert (v["part"], v["share"], v["runner_up"], v["next"]) == ("input", 0.4, None, advice)
+    assert v["sentence"] == (
+        "The GPU idles for 70% of the step, and waiting for input is its largest wait: the GPU sits idle while the "
+        f"input (my/fetch) runs for 40% of the step (the input gap). Next: {advice}. The input is read from my/fetch."
+    )
+    two = [dict(ev, input_source=other_loop_input(False)), dict(ev, input_source=other_loop_input(loader))]
+    assert diagnosis.verdict(two)["next"] == advice, "a loader seen in any trace counts"
+
+
+def test_the_advice_for_another_loop_never_names_a_flag():
+    """Parts with an advice of their own; then the parts whose companion advice names a flag of train.py."""
+    assert diagnosis._foreign_next("busy", False) == (
+        "make the GPU's work cheaper or larger (bf16 autocast, channels_last, torch.compile, a larger batch), "
+        + MEASURE_BY_HAND
+    )
+    assert diagnosis._foreign_next("input", True) == LOADER_ADVICE
+    assert diagnosis._foreign_next("input", False) == NO_LOADER_ADVICE
+    assert diagnosis._foreign_next(OUTSIDE, True) == "look in the trace at what the CPU runs between the scopes"
+    assert diagnosis._foreign_next("queued", True) == "look for synchronizations in the trace (the sync calls row)"
+    assert diagnosis._foreign_next(EVAL_TO_DEVICE, True) == (
+        "pinned memory and a non-blocking copy of each held-out batch, then measure with mode=bench"
+    )
+    flagged = ("input/to_device", "train/forward_backward", "train/optimizer", EVAL_FORWARD, SAVE)
+    for part_name in flagged:
+        assert diagnosis._foreign_next(part_name, True) == "add the four scopes to the loop to tell it apart"
+    for part_name in diagnosis.STAGES:
+        assert "--" not in diagnosis._foreign_next(part_name, True), part_name

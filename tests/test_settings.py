@@ -3,6 +3,7 @@ refusal on either side of its limit, and the checks made before heavy work (work
 
 import argparse
 import os
+import re
 
 import pytest
 
@@ -238,3 +239,41 @@ def test_a_folder_no_file_can_be_made_in_is_refused_with_the_system_s_words():
         checks.writable_dirs([("/proc", "--output-dir")])
     said = str(e.value)
     assert said.startswith("--output-dir /proc is not a writable folder (") and "[Errno" not in said, said
+
+
+def test_a_memory_snapshot_needs_cuda_and_is_a_plain_switch(capsys):
+    """--memory-snapshot takes no value; with --device cpu it is refused in one line naming both flags, while
+    --device cuda and auto pass the parser (auto is judged once the device is known)."""
+    for device in ("cuda", "auto"):
+        args = settings.parse_settings(["--mode", "bench", "--memory-snapshot", "--device", device])
+        assert args.memory_snapshot is True and args.device == device
+    assert settings.parse_settings(["--mode", "bench", "--device", "cpu"]).memory_snapshot is False
+    line = refused(["--mode", "bench", "--memory-snapshot", "--device", "cpu"], capsys)
+    assert (
+        line.startswith("train.py: error: argument --memory-snapshot: ") and "not --device cpu (see --help)" in line
+    ), line
+    assert settings.parse_settings(["--mode", "profile", "--memory-snapshot"]).memory_snapshot is True
+
+
+def test_checkpoint_every_takes_a_positive_count(capsys):
+    """--checkpoint-every N is an integer of at least 1: 0 and a word are refused in one line."""
+    args = settings.parse_settings(["--mode", "profile", "--profile-phase", "checkpoint", "--checkpoint-every", "3"])
+    assert args.checkpoint_every == 3
+    for bad, words in (("0", "must be >= 1, got 0"), ("x", "invalid")):
+        line = refused(["--mode", "profile", "--profile-phase", "checkpoint", "--checkpoint-every", bad], capsys)
+        assert "--checkpoint-every" in line and words in line, line
+
+
+NAMES = ("CIFAR", "CUDA", "CPU", "SGD", "DataLoader", "Python", "Chrome", "Perfetto", "Polyaxon", "PyTorch")
+
+
+def test_the_help_spells_the_names_it_uses_as_they_are_written():
+    """Each flag's help writes CUDA, CIFAR, SGD, DataLoader, ... in their own spelling, never lower- or upper-cased
+    (a value typed as a flag's argument, such as --device cuda, aside): a reader searches the docs for them."""
+    for action in settings.build_parser()._actions:
+        for name in NAMES:
+            for found in re.finditer(rf"(?i)(?<![\w-]){name}(?![a-z0-9])", action.help or ""):
+                after, before = action.help[found.end() : found.end() + 1], action.help[: found.start()]
+                if after in (":", ".") or before.endswith("--device "):
+                    continue  # a value as it is typed ("cuda: fail without it", "--device cpu") or a web address
+                assert found.group(0) == name, f"{action.option_strings}: {found.group(0)!r} in {action.help!r}"

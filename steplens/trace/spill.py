@@ -25,8 +25,9 @@ class SortedRecords:
     Records are tuples (plain numbers when width is 1) ordered as Python orders them; equal records come
     back in no particular order, so only what cannot tell them apart may be read from them."""
 
-    def __init__(self, typecode: str, width: int, chunk: int = CHUNK, fan_in: int = FAN_IN):
-        self.typecode, self.width, self.chunk, self.fan_in = typecode, width, chunk, fan_in
+    def __init__(self, typecode: str, width: int, chunk: int | None = None, fan_in: int = FAN_IN):
+        self.typecode, self.width, self.fan_in = typecode, width, fan_in
+        self.chunk = chunk or CHUNK
         self.buf = array(typecode)
         self.file = None
         self.runs: list[tuple[int, int]] = []  # (byte offset, records) of each sorted run in the file

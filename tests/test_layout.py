@@ -16,6 +16,7 @@ LAYERS = {
     "steplens.trace": [
         "steplens.trace.intervals",
         "steplens.trace.reader",
+        "steplens.trace.spill",
         "steplens.trace.damage",
         "steplens.trace.kernels",
         "steplens.trace.nesting",

@@ -42,7 +42,6 @@ from steplens.evidence.roofline import device_of, format_roofline, read_with_ope
 from steplens.scopes import SAVE, scope_set
 from steplens.trace import memory
 from steplens.trace.intervals import intersect, total, union
-from steplens.trace.nesting import crossing_slices
 from steplens.trace.reader import TraceError, iter_events
 from steplens.trace.timeline import WORK_CALLS, Trace, bucket, read
 
@@ -111,7 +110,7 @@ class _Reading:
 
 def trace_header(r: _Reading, name: str) -> dict[str, Any]:
     """The figures of the trace as a whole: its input source, its scopes and what Perfetto would drop."""
-    crossing = crossing_slices(r.t.threads)
+    crossing = r.t.threads.counts()
     mem = memory.figures(r.t.memory, r.t.steps, r.t.scopes, r.names, r.t.damage)  # its damage first
     return {
         "trace": name,
@@ -131,7 +130,7 @@ def trace_header(r: _Reading, name: str) -> dict[str, Any]:
             "or later shows them, older versions drop them",
         },
         "perfetto_drops": {
-            "count": len(r.t.complete.dropped()),
+            "count": r.t.complete.count(),
             "note": "complete events Perfetto's JSON importer before v57.1 drops (they cross "
             "another on their pid/tid track); profile mode repairs its traces "
             "to 0 (docs/PERFETTO.md)",

@@ -5,13 +5,14 @@ reader skips what it cannot read and removes exact duplicates; the evidence says
 withholds the verdict where the damage touches what the verdict reads (docs/EVIDENCE.md#damaged-traces)."""
 
 import bisect
-import heapq
 import json
 import math
 import statistics
 from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from steplens.trace.spill import SortedRecords
 
 # kind: (what it is, what the reader did)
 KINDS = {
@@ -143,17 +144,11 @@ def fingerprint(ev: dict[str, Any], ts: float, dur: float) -> int:
     return h if -(1 << 63) <= h < (1 << 63) else h & ((1 << 63) - 1)
 
 
-def repeated(keys: array, block: int = 1 << 16) -> array:
-    """The keys that occur more than once, sorted, each once.
-
-    Sorted in blocks merged as streams: memory stays near the keys' own 8 bytes each (a sorted list of
-    them would hold a Python int per key, several times that)."""
-    for a in range(0, len(keys), block):
-        keys[a : a + block] = array("q", sorted(keys[a : a + block]))
-    n = len(keys)
-    runs = [(keys[i] for i in range(a, min(a + block, n))) for a in range(0, n, block)]
+def repeated(keys: Iterable[int]) -> array:
+    """The keys that occur more than once, each once, sorted; keys: all of them, in sorted order
+    (spill.SortedRecords keeps them on disk when there are many)."""
     out, last, prev = array("q"), None, None
-    for key in heapq.merge(*runs):
+    for key in keys:
         if key == prev and key != last:
             out.append(key)
             last = key
@@ -178,7 +173,7 @@ class Skip:
 
 
 def readable(
-    events: Iterable[Any], damage: Damage, skip: "Skip | None" = None, keys: array | None = None
+    events: Iterable[Any], damage: Damage, skip: "Skip | None" = None, keys: "SortedRecords | None" = None
 ) -> Iterator[tuple[int, dict[str, Any], float, float]]:
     """(index, event, start, duration) of each complete event that can be read, in file order.
 
@@ -215,7 +210,7 @@ def _kept(items, anchor, damage, skip, keys):
             continue
         key = fingerprint(ev, ts, dur)
         if keys is not None:
-            keys.append(key)
+            keys.add(key)
         elif skip is not None and skip(key):
             damage.add("duplicate", ev, ev.get("cat") in FIGURE_CATS)
             continue

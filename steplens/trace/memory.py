@@ -79,23 +79,31 @@ def _number(v: Any) -> bool:
 
 def _sorted(d: Device) -> tuple[Device, int]:
     """The device's events in time order (file order among equal times), an event identical to the one before it
-    dropped (a trace written twice); returns them and how many were dropped."""
+    dropped (a trace written twice); returns them and how many were dropped. Events already in time order (as
+    the profiler writes them) are sorted in place: no second copy of the arrays."""
     n = len(d.ts)
-    order = range(n)
     if any(d.ts[i] < d.ts[i - 1] for i in range(1, n)):
-        order = sorted(order, key=d.ts.__getitem__)
-    out, last, repeated = Device(), None, 0
-    for i in order:
+        order = sorted(range(n), key=d.ts.__getitem__)
+        out = Device()
+        for i in order:
+            out.ts.append(d.ts[i])
+            out.bytes.append(d.bytes[i])
+            out.allocated.append(d.allocated[i])
+            out.reserved.append(d.reserved[i])
+        d = out
+    columns = (d.ts, d.bytes, d.allocated, d.reserved)
+    kept, last = 0, None
+    for i in range(n):
         key = (d.ts[i], d.bytes[i], d.allocated[i], d.reserved[i])
         if key == last:
-            repeated += 1
             continue
         last = key
-        out.ts.append(d.ts[i])
-        out.bytes.append(d.bytes[i])
-        out.allocated.append(d.allocated[i])
-        out.reserved.append(d.reserved[i])
-    return out, repeated
+        for column in columns:
+            column[kept] = column[i]
+        kept += 1
+    for column in columns:
+        del column[kept:]
+    return d, n - kept
 
 
 def _at(d: Device, i: int) -> tuple[int, int]:
@@ -149,7 +157,8 @@ def figures(
 ) -> dict[str, Any]:
     """Per device: each step's allocated and reserved memory at its start, peak and end, and each scope's net change
     and peak inside it (bytes); the window's peaks; the events no step holds. names: the scopes to read.
-    damage: where memory events written twice (read once) and unreadable ones (skipped) are counted."""
+    damage: where memory events written twice (read once) and unreadable ones (skipped) are counted.
+    The devices' arrays are sorted and cleared of repeats in place: call it once per Memory."""
     devices = {name: _sorted(memory.devices[name]) for name in memory.devices}
     total = sum(len(d.ts) for d, _ in devices.values())
     out = {"events": total, "unreadable_events": memory.unreadable, "null_reason": None if total else NO_EVENTS}

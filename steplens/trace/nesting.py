@@ -7,11 +7,14 @@ sibling track. The rule as Perfetto's source states it, and the checks against a
 
 import gzip
 import heapq
+import itertools
 import json
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+
+from steplens.trace.spill import SortedRecords
 
 GPU_TRACK_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 PYTHON_CAT = "python_function"
@@ -151,6 +154,40 @@ class Tracks:
                 else:
                     out.append(i)
         return sorted(out)
+
+
+class DropCount:
+    """How many complete events the importer (before v57.1) would drop, from events gathered one at a time.
+
+    Each event is kept as one record (track, ts, -end) in spill.SortedRecords: sorted on disk when there are
+    many, so memory does not grow with the trace. Slices with equal track, ts and end are interchangeable for
+    the importer's rule, so their order among themselves does not change the count (Tracks keeps indices)."""
+
+    def __init__(self):
+        self.ids: dict[tuple[Any, Any], int] = {}
+        self.records = SortedRecords("q", 3)
+
+    def add_event(self, ev: Any) -> None:
+        found = complete_event(ev)
+        if found:
+            track, ts, dur = found
+            n = self.ids.get(track)
+            if n is None:
+                n = self.ids[track] = len(self.ids)
+            self.records.add((n, ts, -(ts + dur)))
+
+    def count(self) -> int:
+        """The number dropped, track by track in the importer's order (ts; the longer first). Read once."""
+        n, track, stack = 0, None, []
+        for tr, ts, neg_end in self.records:
+            if tr != track:
+                track, stack = tr, []
+            dur = -neg_end - ts
+            if accepts(stack, ts, dur):
+                stack.append((ts + dur, dur))
+            else:
+                n += 1
+        return n
 
 
 def gather(events: Iterable[Any]) -> Tracks:
@@ -343,16 +380,46 @@ def crossing_slices(
     """
     counts = {}
     for thread, (starts, ends) in slices_by_thread.items():
-        stack, n = [], 0
-        for i in by_start_then_longest(starts, ends):
-            s, e = starts[i], ends[i]
-            # 1 ns of slack both ways: exported timestamps are rounded to ns, and near 5e12 µs a double's
-            # step is about 1 ns, so a slice that ends where the next starts may sum to just past it.
-            while stack and stack[-1] <= s + 1e-3:
-                stack.pop()
-            if stack and e > stack[-1] + 1e-3:
-                n += 1
-            stack.append(e)  # a crossing slice can itself be crossed by a later one
+        n = _crossing(((starts[i], ends[i]) for i in by_start_then_longest(starts, ends)))
         if n:
             counts[thread] = n
     return counts
+
+
+def _crossing(slices: Iterable[tuple[float, float]]) -> int:
+    """How many of one thread's slices, given as (start, end) by start then the longest first, cross another."""
+    stack, n = [], 0
+    for s, e in slices:
+        # 1 ns of slack both ways: exported timestamps are rounded to ns, and near 5e12 µs a double's
+        # step is about 1 ns, so a slice that ends where the next starts may sum to just past it.
+        while stack and stack[-1] <= s + 1e-3:
+            stack.pop()
+        if stack and e > stack[-1] + 1e-3:
+            n += 1
+        stack.append(e)  # a crossing slice can itself be crossed by a later one
+    return n
+
+
+class Crossing:
+    """crossing_slices of CPU slices gathered one at a time: one record (thread, start, -end) each in
+    spill.SortedRecords, sorted on disk when there are many. Equal slices of a thread are interchangeable."""
+
+    def __init__(self):
+        self.ids: dict[tuple[Any, Any], int] = {}
+        self.records = SortedRecords("d", 3)
+
+    def add(self, thread: tuple[Any, Any], start: float, end: float) -> None:
+        n = self.ids.get(thread)
+        if n is None:
+            n = self.ids[thread] = len(self.ids)
+        self.records.add((n, start, -end))
+
+    def __bool__(self) -> bool:
+        return bool(self.ids)
+
+    def counts(self) -> dict[tuple[Any, Any], int]:
+        """{thread: slices that cross another}, threads in the order first seen, those with none left out. Read once."""
+        found = {}
+        for n, group in itertools.groupby(self.records, key=lambda r: r[0]):
+            found[int(n)] = _crossing((s, -neg_e) for _, s, neg_e in group)
+        return {thread: found[n] for thread, n in self.ids.items() if found.get(n)}

@@ -1,13 +1,12 @@
 """A trace's timeline: the steps, scopes, GPU events and launch calls that the evidence is made of."""
 
 import math
-from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.scopes import KNOWN
-from steplens.trace import damage, memory, nesting
+from steplens.trace import damage, memory, nesting, spill
 from steplens.trace.intervals import total, union
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -65,8 +64,9 @@ class Trace:
     steps: (num, start, end); scopes: {scope: [[start, end], ...]}; scope_ids: {External id: (scope, start)};
     gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset;
     runtime: (name, start, end, correlation); annotations: (name, start, end, External id) on GPU tracks;
-    threads: {(pid, tid): (starts, ends)} of CPU slices, as arrays of doubles;
-    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.Tracks);
+    threads: the CPU slices' threads and times, for the slices that cross (nesting.Crossing);
+    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.DropCount);
+    both keep a record per event in spill.SortedRecords, on disk past a chunk, and are read once.
     memory: the profiler's [memory] events per device, as arrays (steplens/trace/memory.py).
     """
 
@@ -76,8 +76,8 @@ class Trace:
         self.gpu, self.runtime, self.annotations = [], [], []
         self.gpu_names = {}  # each gpu tuple: its event's name (kernel classes, steplens/trace/kernels.py)
         self.comm = set()  # indices into gpu of the communication kernels (NCCL): GPU time, but no compute
-        self.threads = defaultdict(lambda: (array("d"), array("d")))
-        self.complete = nesting.Tracks()
+        self.threads = nesting.Crossing()
+        self.complete = nesting.DropCount()
         self.damage = damage.Damage()
         self.memory = memory.Memory()
 
@@ -86,7 +86,10 @@ Tap = Callable[[dict[str, Any], float, float], None]  # given each complete even
 
 
 def extract(
-    events: Iterable[Any], skip: damage.Skip | None = None, keys: array | None = None, tap: Tap | None = None
+    events: Iterable[Any],
+    skip: damage.Skip | None = None,
+    keys: spill.SortedRecords | None = None,
+    tap: Tap | None = None,
 ) -> Trace:
     """One pass over the events (a list or a stream), keeping only compact tuples; damage counted in t.damage.
     tap: given every complete event the reader keeps (readable, not a second copy), for what else a caller
@@ -97,14 +100,12 @@ def extract(
     # the memory events are instant events, which damage.readable skips: memory.tap keeps them on the way
     for index, ev, s, dur in damage.readable(memory.tap(events, t.memory), t.damage, skip, keys):
         e = s + dur
-        t.complete.add_event(index, ev)
+        t.complete.add_event(ev)
         if tap is not None:
             tap(ev, s, dur)
         cat = ev.get("cat", "")
         if cat in CPU_SLICE_CATS:
-            starts, ends = t.threads[(ev.get("pid"), ev.get("tid"))]
-            starts.append(s)
-            ends.append(e)
+            t.threads.add((ev.get("pid"), ev.get("tid")), s, e)
             if cat == "python_function" or cat == "cpu_op":
                 continue
         name = ev.get("name", "")
@@ -148,10 +149,9 @@ def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None
     """The timeline of a trace that can be read twice: a second pass removes events written twice.
     tap: called at the start of each pass, it returns the Tap that pass gives its kept events to (see extract):
     a second pass starts afresh."""
-    keys = array("q")
+    keys = spill.SortedRecords("q", 1)  # each event's fingerprint: sorted on disk past a chunk
     t = extract(open_events(), keys=keys, tap=tap() if tap else None)
     twice = damage.repeated(keys)
-    del keys
     if twice:
         t = extract(open_events(), skip=damage.Skip(twice), tap=tap() if tap else None)
     return t

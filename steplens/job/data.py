@@ -132,13 +132,19 @@ class ImageSet:
 def slow_sample_seconds() -> float:
     """The test hook SLOW_SAMPLE_ENV in seconds (0 when unset): a deliberately slow transform, for the tests of
     the workers' verdict. Documented in docs/EVIDENCE.md; no run outside the tests sets it."""
-    text = os.environ.get(SLOW_SAMPLE_ENV, "").strip()
+    return hook_seconds(SLOW_SAMPLE_ENV)
+
+
+def hook_seconds(env: str) -> float:
+    """A test hook's environment variable, milliseconds from 0 to 60000, in seconds (0 when unset); any other
+    value is refused in one line."""
+    text = os.environ.get(env, "").strip()
     try:
         ms = float(text) if text else 0.0
     except ValueError:
         ms = -1.0
     if not 0 <= ms < 60_000:
-        raise UserError(f"{SLOW_SAMPLE_ENV}={text!r} is not a number of milliseconds from 0 to 60000")
+        raise UserError(f"{env}={text!r} is not a number of milliseconds from 0 to 60000")
     return ms / 1e3
 
 

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from steplens import scopes
-from steplens.errors import UserError
-from steplens.job.data import HELD_OUT_SIZE, Batches, build_held_out, loader_facts
+from steplens.job.data import HELD_OUT_SIZE, Batches, build_held_out, hook_seconds, loader_facts
 from steplens.job.device import synchronize
 from steplens.job.stopping import Stopper
 from steplens.speedups import options
@@ -93,14 +92,7 @@ def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
 def slow_save_seconds() -> float:
     """The test hook SLOW_SAVE_ENV in seconds (0 when unset): a deliberately slow save, for the tests of the
     checkpoint phase's verdict. Documented in docs/EVIDENCE.md; no run outside the tests sets it."""
-    text = os.environ.get(SLOW_SAVE_ENV, "").strip()
-    try:
-        ms = float(text) if text else 0.0
-    except ValueError:
-        ms = -1.0
-    if not 0 <= ms < 60_000:
-        raise UserError(f"{SLOW_SAVE_ENV}={text!r} is not a number of milliseconds from 0 to 60000")
-    return ms / 1e3
+    return hook_seconds(SLOW_SAVE_ENV)
 
 
 class Saver:

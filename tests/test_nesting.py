@@ -268,6 +268,9 @@ def test_crossing_slices_counts_per_thread_with_1_ns_of_slack():
             "a bit past": ([0.0, 5.0], [10.0, 10.5]),
             "ends at the next start plus the slack": ([-1.0, 0.0], [1e-3, 5.0]),
             "empty": ([], []),
+            "one start, the shorter written first": ([0.0, 0.0], [5.0, 10.0]),
         }
     )
-    assert counts == {"crossed twice": 2, "just past the slack": 1, "a bit past": 1}
+    assert counts == {"crossed twice": 2, "just past the slack": 1, "a bit past": 1}, (
+        "the longer of two at one start opens first"
+    )

@@ -1,6 +1,9 @@
 """CPU use over a window (steplens/job/cpu_use.py): CPU seconds per part, CPUs used against the budget, throttling."""
 
 import os
+import subprocess
+import sys
+import time
 
 from steplens.job import cpu_use
 
@@ -89,3 +92,42 @@ def test_a_kernel_without_schedstats_falls_back_to_ticks_and_a_short_window_is_n
     assert use["cpu_clock"] == "ticks"
     assert use["resolution_cpus"] == round(3 / TICK / 0.05, 4)
     assert use["cpu_bound"] is None and "too short for the clock ticks" in use["cpu_sentence"]
+
+
+def test_the_edge_read_takes_the_process_whole_from_its_cpu_clocks(monkeypatch):
+    """Profile mode's edge read (edge_snapshot) walks no thread of the main process (the walk took 2 to 7 ms on an
+    NVIDIA H200 machine and stretched the profiled steps around it); the main process's CPU seconds equal its own
+    CPU clock's, a worker's equal the sum of its threads' schedstat, and the window has no per-thread split."""
+    worker = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.6: pass"])
+    try:
+        listed = []
+        real_listdir = os.listdir
+        monkeypatch.setattr(cpu_use.os, "listdir", lambda path: listed.append(path) or real_listdir(path))
+        p0 = time.process_time_ns()
+        before = cpu_use.edge_snapshot([worker.pid])
+        x = 0
+        while time.process_time_ns() - p0 < 200_000_000:  # 0.2 CPU s in this process
+            x += 1
+        after = cpu_use.edge_snapshot([worker.pid])
+        p1 = time.process_time_ns()
+        worker_ns = cpu_use._process_ns(worker.pid)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert f"/proc/{os.getpid()}/task" not in listed, listed
+    use = cpu_use.window_use(before, after, 2)
+    assert use["cpu_clock"] == "cpu clocks" and use["threads_cpu_s"] is None and use["resolution_cpus"] == 0
+    assert 0.2 <= use["main_cpu_s"] <= (p1 - p0) / 1e9 + 0.001, use
+    assert 0 < after["workers_ns"][worker.pid] <= worker_ns, (after["workers_ns"], worker_ns)
+    assert set(use["nonvoluntary_switches"]) == {str(os.getpid()), str(worker.pid)}
+    assert abs(use["cpus_used"] - (use["main_cpu_s"] + use["workers_cpu_s"][str(worker.pid)]) / use["window_s"]) < 0.01
+
+
+def test_a_worker_gone_before_the_edge_read_is_named_not_counted():
+    """A worker that ended: its CPU clock cannot be read, so the window says so and counts it nowhere."""
+    worker = subprocess.Popen([sys.executable, "-c", "pass"])
+    before = cpu_use.edge_snapshot([worker.pid])
+    worker.wait()
+    after = cpu_use.edge_snapshot([worker.pid])
+    use = cpu_use.window_use(before, after, 2)
+    assert use["workers_cpu_s"] == {str(worker.pid): None} and str(worker.pid) in use["note"]

@@ -19,10 +19,11 @@ class FakeBatches:
 
 
 def test_the_reads_fall_at_each_cycle_s_edges(monkeypatch):
-    """The CPU counters as the first recorded step begins and as the last ends; memory in the warm-up step before
-    the cycle and when the profiler hands the cycle over: never between a cycle's recorded steps."""
+    """The CPU counters as the first recorded step begins and as the last ends; memory as the warm-up step before
+    the cycle begins (a whole step before the cycle, to refill the GPU's queue) and when the profiler hands the
+    cycle over: never between a cycle's recorded steps, never just before its first."""
     seen, state = [], {"step": 0, "where": None}
-    monkeypatch.setattr(capture.cpu_use, "snapshot", lambda pids: seen.append(("cpu", state["where"])) or {})
+    monkeypatch.setattr(capture.cpu_use, "edge_snapshot", lambda pids: seen.append(("cpu", state["where"])) or {})
     monkeypatch.setattr(capture.host_memory, "read", lambda pids: seen.append(("memory", state["where"])) or {})
     monkeypatch.setattr(capture.cpu_use, "window_use", lambda a, b, budget: {"budget": budget})
     monkeypatch.setattr(capture.host_memory, "peak", lambda reads: {"reads": len(reads)})
@@ -38,11 +39,11 @@ def test_the_reads_fall_at_each_cycle_s_edges(monkeypatch):
             state["where"] = f"dump after {i}"
             writer.before_dump()
     assert seen == [
-        ("memory", "end 1"),
+        ("memory", "start 1"),
         ("cpu", "start 2"),
         ("cpu", "end 4"),
         ("memory", "dump after 4"),
-        ("memory", "end 6"),
+        ("memory", "start 6"),
         ("cpu", "start 7"),
         ("cpu", "end 9"),
         ("memory", "dump after 9"),

@@ -219,10 +219,13 @@ class CycleEdges:
 
     The CPU counters are read as the cycle's first recorded step begins, before its input/next_batch, and as its
     last recorded step ends, after its train/optimizer: inside those two ProfilerStep slices, outside the four
-    scopes (1 to 7 ms each on a loaded 2-core machine, timed in read_ms and not subtracted from those steps).
-    Host memory takes longer to read (smaps_rollup walks every mapping): it is read outside the trace, as the
-    warm-up step before the cycle ends and, given the TraceWriter, as the profiler hands over the finished cycle,
-    before its trace is written. Pauses calls before_step and after_step; the reads count as pauses between steps.
+    scopes. They are read in a few system calls (cpu_use.edge_snapshot: the processes' CPU clocks, no walk over
+    threads), so that they do not stretch those steps: the full per-thread walk took 2 to 7 ms a read on an NVIDIA
+    H200 machine, longer than a CUDA-graph step, and left the GPU idle in them. Host memory takes longer to read
+    (smaps_rollup walks every mapping): it is read outside the trace, as the warm-up step before the cycle begins
+    (that step refills the GPU's queue before the cycle) and, given the TraceWriter, as the profiler hands over the
+    finished cycle, before its trace is written. Pauses calls before_step and after_step; the reads count as pauses
+    between steps.
     """
 
     def __init__(self, batches: Any, writer: TraceWriter | None = None, schedule: dict[str, int] = SCHEDULE):
@@ -246,10 +249,14 @@ class CycleEdges:
 
     def _counters(self, n: int) -> None:
         t0, r = time.perf_counter(), self.reads[n]
-        r["counters"].append(cpu_use.snapshot(r["pids"]))
+        r["counters"].append(cpu_use.edge_snapshot(r["pids"]))
         r["read_ms"].append(("cpu", round((time.perf_counter() - t0) * 1e3, 2)))
 
     def before_step(self) -> None:
+        before = self._cycle(self.first - 1)
+        if before is not None:  # the warm-up step before the cycle's first recorded one: outside the trace
+            self.reads[before] = {"counters": [], "memory": [], "read_ms": [], "pids": self.pids()}
+            self._memory(before)
         n = self._cycle(self.first)
         if n is not None:
             if n not in self.reads:  # no step before the cycle to read memory in
@@ -258,11 +265,8 @@ class CycleEdges:
             self._counters(n)
 
     def after_step(self) -> None:
-        before, end = self._cycle(self.first - 1), self._cycle(self.span - 1)
+        end = self._cycle(self.span - 1)
         self.step += 1
-        if before is not None:  # the step before the cycle's first recorded one: outside the trace
-            self.reads[before] = {"counters": [], "memory": [], "read_ms": [], "pids": self.pids()}
-            self._memory(before)
         if end is not None and end in self.reads:
             self._counters(end)
             self.open = end

@@ -7,6 +7,7 @@ ticks from the stat files (10 ms each: too coarse for a profiled cycle of a few 
 from __future__ import annotations
 
 import os
+import resource
 import time
 from typing import Any
 
@@ -50,6 +51,15 @@ def _process_ns(pid: int) -> int | None:
     """A process's CPU time (ns), its live threads added up; None where it is gone or has no schedstat."""
     tasks = _tasks_ns(pid)
     return sum(tasks.values()) if tasks else None
+
+
+def _cpu_clock_ns(pid: int) -> int | None:
+    """A process's CPU time (ns: every thread's, live or ended) from its CPU-time clock in one system call (the
+    clock id of clock_getcpuclockid(3): MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)); None where it is gone."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2)
+    except OSError:
+        return None
 
 
 def _switches(pid: int) -> int | None:
@@ -118,6 +128,23 @@ def snapshot(
     }
 
 
+def edge_snapshot(
+    worker_pids: list[int], cgroup_root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup"
+) -> dict[str, Any]:
+    """The counters at one moment, read fast enough not to stretch a profiled step around them (a few system calls,
+    no walk over the main process's threads): the main process's CPU time from its own CPU clock (every thread's,
+    no per-thread split), each worker's from its CPU-time clock, involuntary switches (getrusage for the main
+    process), and the cgroups' cpu.stat."""
+    return {
+        "wall_ns": time.time_ns(),
+        "process_ns": time.process_time_ns(),
+        "workers_ns": {pid: _cpu_clock_ns(pid) for pid in worker_pids},
+        "switches": {os.getpid(): resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw}
+        | {pid: _switches(pid) for pid in worker_pids},
+        "cgroups": _cgroup_stats(cgroup_root, proc_cgroup),
+    }
+
+
 def _clocked(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, dict, dict, dict, float, str]:
     """The per-thread and per-worker counters of both snapshots on one clock, its unit in seconds, and its name:
     schedstat's ns where both snapshots have them (a kernel that keeps no schedstats reads 0), else clock ticks."""
@@ -131,25 +158,29 @@ def _clocked(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, dict,
 def window_use(before: dict[str, Any], after: dict[str, Any], budget_cpus: float | None) -> dict[str, Any]:
     """What the window used: CPU seconds per part, CPUs used against the budget, throttling, and a sentence."""
     seconds = (after["wall_ns"] - before["wall_ns"]) / 1e9
-    threads_0, threads_1, workers_0, workers_1, unit, clock = _clocked(before, after)
-    names = {tid: name for tid, (name, _) in after["threads"].items()}
-    threads = {
-        tid: (names.get(tid, "?"), (v - threads_0[tid]) * unit) for tid, v in threads_1.items() if tid in threads_0
-    }
-    main_s = sum(s for _, s in threads.values())
+    if "process_ns" in before and "process_ns" in after:  # edge_snapshot: the process's CPU clock, no thread split
+        threads, workers_0, workers_1, unit, clock = None, before["workers_ns"], after["workers_ns"], 1e-9, "cpu clocks"
+        main_s = (after["process_ns"] - before["process_ns"]) * unit
+    else:
+        threads_0, threads_1, workers_0, workers_1, unit, clock = _clocked(before, after)
+        names = {tid: name for tid, (name, _) in after["threads"].items()}
+        threads = {
+            tid: (names.get(tid, "?"), (v - threads_0[tid]) * unit) for tid, v in threads_1.items() if tid in threads_0
+        }
+        main_s = sum(s for _, s in threads.values())
     workers = {
         str(pid): None if v is None or workers_0.get(pid) is None else (v - workers_0[pid]) * unit
         for pid, v in workers_1.items()
     }
     gone = [pid for pid, s in workers.items() if s is None]
     total = main_s + sum(s for s in workers.values() if s)
-    counted = len(threads) + len(workers) - len(gone)
+    counted = (1 if threads is None else len(threads)) + len(workers) - len(gone)
     out = {
         "window_s": round(seconds, 4),
         "main_cpu_s": round(main_s, 3),
-        "threads_cpu_s": {
-            f"{name} {tid}": round(s, 3) for tid, (name, s) in sorted(threads.items(), key=lambda t: -t[1][1]) if s
-        },
+        "threads_cpu_s": None  # edge_snapshot reads the process whole
+        if threads is None
+        else {f"{name} {tid}": round(s, 3) for tid, (name, s) in sorted(threads.items(), key=lambda t: -t[1][1]) if s},
         "workers_cpu_s": {pid: None if s is None else round(s, 3) for pid, s in workers.items()},
         "cpus_used": round(total / seconds, 3) if seconds > 0 else None,
         "budget_cpus": budget_cpus,

@@ -791,3 +791,52 @@ def test_peak_memory_does_not_grow_with_the_complete_events(tmp_path, monkeypatc
     assert ev_large["window"]["steps"] == 3 * ev_small["window"]["steps"] == 6
     assert ev_large["perfetto_drops"]["count"] == ev_large["crossing_slices"]["count"] == 0
     assert peak_large - peak_small < max(0.1 * peak_small, 128 * 1024), (peak_small, peak_large)
+
+
+def share_cells(text):
+    """{row label: its share-of-step cell} of a one-trace table."""
+    out = {}
+    for line in text.splitlines():
+        for label in ("cpu input/next_batch ms", "gpu busy ms", "gpu idle ms", "input gap ms"):
+            if line.startswith(label + "  "):
+                out[label] = line.split("  ")[-1].strip()
+    return out
+
+
+def test_each_share_of_step_names_its_denominator_on_a_graphed_trace():
+    """A stored H200 CUDA-graph trace (the CPU runs ahead): a CPU row's share is over the step's CPU wall time, a
+    GPU row's over the GPU's own time per step, which is longer here; each cell says which, and the line under
+    the table gives both denominators per step. GPU busy and idle add up to the whole pace."""
+    trace = os.path.join(RESULTS, "h200-pictures", "best-set", "trace-cycle1-steps2-4.pt.trace.json.gz")
+    ev = summarize.summarize_file(trace)
+    w = ev["window"]
+    assert ev["idle_basis"] == "gpu_timeline" and w["pace_us"] > 2 * w["wall_us"], "two denominators that differ"
+    text = formatting.format_table([ev])
+    cells = share_cells(text)
+    assert cells["cpu input/next_batch ms"] == f"{w['scopes_cpu_us'][NEXT_BATCH] / w['wall_us']:.1%} of wall"
+    assert cells["gpu busy ms"] == f"{w['gpu_busy_us'] / w['pace_us']:.1%} of pace"
+    busy, idle = (float(cells[k].split("%")[0]) for k in ("gpu busy ms", "gpu idle ms"))
+    assert busy + idle == pytest.approx(100.0, abs=0.11), "busy and idle share one denominator: the pace"
+    line = next(x for x in text.splitlines() if x.startswith("share of step: "))
+    wall_ms, pace_ms = w["wall_us"] / w["steps"] / 1e3, w["pace_us"] / w["steps"] / 1e3
+    assert f'"of wall" is over the step\'s CPU wall time ({wall_ms:.2f} ms a step)' in line
+    assert f"\"of pace\" is over the step's pace, the GPU's own time per step ({pace_ms:.2f} ms a step)" in line
+    assert "idle_basis gpu_timeline" in line
+
+
+def test_while_the_gpu_keeps_up_the_pace_is_the_cpu_step():
+    """A made trace whose GPU keeps up: the pace is the CPU's step, so both denominators read the same; a CPU-only
+    trace's line names the wall alone."""
+    ev = summarize.summarize_events([step(1, 0, 100), scope(NEXT_BATCH, 0, 30), kernel(40, 50)])
+    assert ev["idle_basis"] == "cpu_steps"
+    text = formatting.format_table([ev])
+    assert share_cells(text)["input gap ms"] == f"{ev['window']['input_gap_us'] / 100:.1%} of pace"
+    line = next(x for x in text.splitlines() if x.startswith("share of step: "))
+    assert "CPU wall time (0.10 ms a step)" in line and "the CPU's step (0.10 ms a step)" in line
+    assert "idle_basis cpu_steps" in line
+    cpu = summarize.summarize_events([step(1, 0, 100), scope(NEXT_BATCH, 0, 30)])
+    cpu_text = formatting.format_table([cpu])
+    assert share_cells(cpu_text)["cpu input/next_batch ms"] == "30.0% of wall"
+    assert [x for x in cpu_text.splitlines() if x.startswith("share of step: ")] == [
+        'share of step: "of wall" is over the step\'s CPU wall time (0.10 ms a step)'
+    ]

@@ -498,13 +498,40 @@ def json_text(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: str) -> str:
     """Each run's rate as a point in run order, coloured by group, with each group's median; one panel per machine."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(result)
+    try:
+        fig.savefig(path, format="png", bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return path
+
+
+def figure(result: dict[str, Any]) -> Any:
+    """The matplotlib figure plot saves; the caller closes it.
+
+    One panel per machine, each with its title above and its legend below; constrained layout keeps each
+    panel's title, axis labels and legend clear of the others'. Each panel's y axis starts at 0 and ends above
+    its fastest run, so no point is cut at the top; the x axis counts runs in whole numbers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     tables = result["tables"]
-    fig, axes = plt.subplots(len(tables), 1, figsize=(8, 4.5 * len(tables)), dpi=120, squeeze=False)
+    several = len(tables) > 1
+    heights = [3.2 + 0.18 * len(t["groups"]) + (0.5 if several else 0.2) for t in tables]
+    fig, axes = plt.subplots(
+        len(tables),
+        1,
+        figsize=(8, sum(heights)),
+        dpi=120,
+        squeeze=False,
+        layout="constrained",
+        gridspec_kw={"height_ratios": heights},
+    )
     colors = plt.get_cmap("tab10")
     for ax, table in zip(axes[:, 0], tables):
         for i, g in enumerate(table["groups"]):
@@ -513,17 +540,18 @@ def plot(result: dict[str, Any], path: str) -> str:
             name = textwrap.fill(f"{g['group']} (median {fmt_rate(g['median'])})", 100, subsequent_indent="  ")
             ax.scatter(xs, ys, color=colors(i % 10), label=name, zorder=3)
             ax.axhline(g["median"], color=colors(i % 10), linewidth=0.8, alpha=0.6)
+        top = max(r["samples_per_sec"] for r in table["bench_runs"])
+        ax.set_ylim(0, top * 1.08)  # room above the fastest run's point
+        ax.set_xlim(0.5, len(table["bench_runs"]) + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("run order")
         ax.set_ylabel("samples/s (bench window)")
-        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         # Below the axes: group labels of many options are long and would cover the points.
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.15), frameon=False)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.18), frameon=False)
         title = f"{len(table['bench_runs'])} bench runs in {len(table['groups'])} groups"
-        ax.set_title(textwrap.fill(title + (f"; {table['machine_label']}" if len(tables) > 1 else ""), 90), fontsize=9)
-    fig.savefig(path, format="png", bbox_inches="tight")
-    plt.close(fig)
-    return path
+        ax.set_title(textwrap.fill(title + (f"; {table['machine_label']}" if several else ""), 90), fontsize=9)
+    return fig
 
 
 def matplotlib_missing() -> bool:

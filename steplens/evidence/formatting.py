@@ -101,7 +101,36 @@ def rows_for(names: tuple[str, ...]) -> list[tuple[str, Any, str]]:
     ]
 
 
-# The share-of-step column: the CPU scopes over the step's wall time, the GPU's parts over the step's basis span.
+# The share-of-step column has two denominators, and each cell names its own: a CPU row's share is over the
+# step's CPU wall time ("of wall"), a GPU row's over the step's pace ("of pace": the step's span on the basis its
+# idle time is read on). While the GPU keeps up the two are equal; when the CPU runs ahead (CUDA graphs, any
+# GPU-bound step) the pace is the GPU's time per step, longer than the CPU's wall. share_line says both under the table.
+OF_WALL, OF_PACE = "of wall", "of pace"
+OVER_PACE = ("gpu busy ms", "gpu idle ms", "input gap ms")  # the rows whose share is over the pace
+
+
+def share_cell(label: str, share: float | None) -> str:
+    """A share-of-step cell: the share and its denominator ("19.1% of wall", "90.6% of pace"), or n/a."""
+    return "n/a" if share is None else f"{share:.1%} {OF_PACE if label in OVER_PACE else OF_WALL}"
+
+
+def share_line(ev: dict[str, Any]) -> str:
+    """The line under a one-trace table that names the share column's denominators, with their means per step."""
+    w = ev["window"]
+    wall = f'"{OF_WALL}" is over the step\'s CPU wall time ({w["wall_us"] / w["steps"] / 1e3:.2f} ms a step)'
+    if not ev["has_gpu"]:
+        return f"share of step: {wall}"
+    if w.get("pace_us") is None:
+        return f'share of step: {wall}; "{OF_PACE}": n/a (no GPU figures)'
+    pace = f"{w['pace_us'] / w['steps'] / 1e3:.2f} ms a step"
+    basis = (
+        f"the GPU's own time per step ({pace}): the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
+        if ev["idle_basis"] == "gpu_timeline"
+        else f"the CPU's step ({pace}): the GPU keeps up with the CPU (idle_basis cpu_steps)"
+    )
+    return f'share of step: {wall}; "{OF_PACE}" is over the step\'s pace, {basis}'
+
+
 def shares_for(names: tuple[str, ...]) -> dict[str, Any]:
     """The share-of-step column's getters, by row label, for a trace read by these scopes."""
     return {
@@ -391,7 +420,7 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
         rows = [
             [label]
             + [_fmt(_value(g, f), fmt) for _, f in cols]
-            + ([_fmt(_value(share_of[label], ev["window"]), "{:.1%}")] if label in share_of else [""])
+            + ([share_cell(label, _value(share_of[label], ev["window"]))] if label in share_of else [""])
             for label, g, fmt in rows_used
         ]
         parts.append(f"verdict: {ev['verdict']['sentence']}")
@@ -413,6 +442,8 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
             for i, ev in enumerate(evidences)
         ]
     parts.append(_table(header, rows))
+    if len(evidences) == 1:
+        parts.append(share_line(evidences[0]))
     parts += format_classes(evidences)
     for ev in evidences:
         parts += trace_lines(ev, len(evidences) == 1)

@@ -35,21 +35,24 @@ from steplens.scopes import (
 )
 from steplens.trace import reader
 
+# One colour per legend entry, from the Okabe-Ito palette (told apart with the common colour-vision deficiencies),
+# greys for the GPU's other idle time, and black for the memory line. The input gap is not input/next_batch's
+# colour: one is the GPU's wait, the other the CPU's scope, and the legend must tell them apart.
 COLOURS = {
-    NEXT_BATCH: "#d62728",
-    "input": "#d62728",
-    TO_DEVICE: "#ff7f0e",
-    FORWARD_BACKWARD: "#1f77b4",
-    OPTIMIZER: "#9467bd",
-    EVAL_NEXT_BATCH: "#d62728",  # the validation phase's scopes: the training ones' colours, stage for stage
-    EVAL_TO_DEVICE: "#ff7f0e",
-    EVAL_FORWARD: "#1f77b4",
-    SAVE: "#e377c2",
-    "busy": "#2ca02c",
-    "input gap": "#d62728",
+    NEXT_BATCH: "#CC79A7",  # reddish purple
+    "input": "#882255",  # wine (Paul Tol's palette): an input source that is not input/next_batch
+    TO_DEVICE: "#E69F00",  # orange
+    FORWARD_BACKWARD: "#0072B2",  # blue
+    OPTIMIZER: "#F0E442",  # yellow
+    EVAL_NEXT_BATCH: "#CC79A7",  # the validation phase's scopes: the training ones' colours, stage for stage
+    EVAL_TO_DEVICE: "#E69F00",
+    EVAL_FORWARD: "#0072B2",
+    SAVE: "#56B4E9",  # sky blue
+    "busy": "#009E73",  # bluish green
+    "input gap": "#D55E00",  # vermillion
     "waiting for the host": "#8c8c8c",
     "other idle": "#d9d9d9",
-    "memory": "#17becf",
+    "memory": "#000000",
 }
 NO_MATPLOTLIB = "matplotlib is not installed: no step picture was drawn (pip install matplotlib)"
 
@@ -108,11 +111,16 @@ def memory_scale(rows: list[dict[str, Any]]) -> tuple[int, int] | None:
     return (min(values), max(values)) if values else None
 
 
+def _lane_note(ax: Any, y: float, note: str) -> None:
+    """A lane's note in place of its bars, a few points right of the y axis so that it never touches it."""
+    ax.annotate(note, (0, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8, color="#555555")
+
+
 def _memory_lane(ax: Any, row: dict[str, Any], y: float, scale: tuple[int, int]) -> str:
     """One step's allocated memory as a step line in its lane (bottom: the scale's low, top: its high); its label."""
     points = row.get("memory")
     if not points:
-        ax.text(0, y, "  (no GPU memory events)", va="center", fontsize=8, color="#555555")
+        _lane_note(ax, y, "(no GPU memory events)")
         return "GPU mem  n/a"
     lo, hi = scale
     span = (hi - lo) or 1
@@ -133,11 +141,37 @@ def draw_groups(
     memory_note: str | None = None,
 ) -> None:
     """Lane pairs for each (label, rows) group, one group per rank in a DDP run, on one time scale; a third lane,
-    the GPU's allocated memory, where the rows carry it.
+    the GPU's allocated memory, where the rows carry it; written to path (PNG, atomically).
 
     said: the sentence under the title (the verdict); gpu_slots: the GPU lanes are GPU slots (the CPU runs
     ahead), which the axis says; memory_note: why there is no memory lane, said in one line under the title.
     Raises NoPicture when matplotlib is missing."""
+    fig = figure(groups, title, said, has_gpu, gpu_slots, memory_note)
+    import matplotlib.pyplot as plt
+
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".partial-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def figure(
+    groups: list[tuple[str, list[dict[str, Any]]]],
+    title: str,
+    said: str,
+    has_gpu: bool,
+    gpu_slots: bool,
+    memory_note: str | None = None,
+) -> Any:
+    """The matplotlib figure draw_groups saves (same arguments but the path); the caller closes it.
+
+    Every label keeps clear of the axes' lines and of the others: the y limits hold every lane, its text
+    included, and the figure's height is the lanes' plus room for the title's lines, the axis's and the legend's
+    (constrained layout places them). Raises NoPicture when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -149,7 +183,31 @@ def draw_groups(
     rows = [(label, row) for label, group in groups for row in group]
     scale = memory_scale([row for _, row in rows])
     h = 2.6 if scale else 2.0  # a step's height: its CPU and GPU lanes, and its memory lane
-    fig, ax = plt.subplots(figsize=(11, 1.9 + 0.4 * h * len(rows)))
+    wrapped = "\n".join(textwrap.wrap(said, 130))
+    if not scale:
+        wrapped += "\n" + no_lane_line(memory_note, short=True)
+    heading = f"{title}\n{wrapped}"
+    xlabel = axis_label(gpu_slots, scale)
+    handles = legend([r for _, r in rows], has_gpu, bool(scale), Patch)
+    extra = 0.19 * (heading.count("\n") + 1) + 0.17 * (xlabel.count("\n") + 1) + 0.22 * -(-len(handles) // 4)
+    fig, ax = plt.subplots(figsize=(11, 0.4 * h * len(rows) + extra + 0.7), layout="constrained")
+    ticks, labels = _draw_lanes(ax, rows, h, scale, has_gpu)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_ylim(min(ticks) - 0.45, max(ticks) + 0.45)  # every lane inside the axes: no text on the axis line
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_xlim(0, max([r["cpu_ms"] for _, r in rows] + [r["gpu_ms"] or 0 for _, r in rows]) * 1.02)
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    ax.set_title(heading, fontsize=9, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig
+
+
+def _draw_lanes(
+    ax: Any, rows: list[tuple[str, dict[str, Any]]], h: float, scale: tuple[int, int] | None, has_gpu: bool
+) -> tuple[list[float], list[str]]:
+    """Each step's lanes, top to bottom; the lanes' heights and their labels."""
     ticks, labels = [], []
     for i, (label, row) in enumerate(rows):
         y_cpu = h * (len(rows) - 1 - i) + h - 1.0
@@ -165,38 +223,13 @@ def draw_groups(
             labels.append(f"GPU  {row['gpu_ms']:.2f} ms")
         else:
             reason = "no GPU tracks" if not has_gpu else "no complete GPU slot"
-            ax.text(0, y_gpu, f"  ({reason})", va="center", fontsize=8, color="#555555")
+            _lane_note(ax, y_gpu, f"({reason})")
             labels.append("GPU  n/a")
         ticks.append(y_gpu)
         if scale:
             labels.append(_memory_lane(ax, row, y_gpu - 0.55, scale))
             ticks.append(y_gpu - 0.55)
-    ax.set_yticks(ticks)
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.set_xlabel(axis_label(gpu_slots, scale), fontsize=8)
-    ax.set_xlim(0, max([r["cpu_ms"] for _, r in rows] + [r["gpu_ms"] or 0 for _, r in rows]) * 1.02)
-    fig.legend(
-        handles=legend([r for _, r in rows], has_gpu, bool(scale), Patch),
-        loc="lower center",
-        ncol=4,
-        fontsize=8,
-        frameon=False,
-    )
-    wrapped = "\n".join(textwrap.wrap(said, 130))
-    if not scale:
-        wrapped += "\n" + no_lane_line(memory_note, short=True)
-    ax.set_title(f"{title}\n{wrapped}", fontsize=9, loc="left")
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".partial-{os.getpid()}-{os.path.basename(path)}")
-    try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    return ticks, labels
 
 
 def nearby_label(trace: str) -> str | None:

@@ -369,7 +369,8 @@ def test_profiled_graph_replays_count_the_same_kernels_and_stay_within_the_event
 
 def test_memory_snapshot_records_three_steps_and_summarizes_them(tmp_path):
     """--memory-snapshot: the pickle and its summary beside run.json, logged; the summary's groups sum to its peak,
-    which is at least torch's own allocated peak over the same steps; parameters and activations are told apart;
+    which (the bytes asked for, less frees waiting on a stream) is at most torch's own allocated peak over the same
+    steps (the allocator's blocks); parameters and activations are told apart;
     both timings recorded, and the bench window after it still measured."""
     proc = run_train(["--mode", "bench", "--bench-steps", "10", "--memory-snapshot", *SMALL], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -385,10 +386,10 @@ def test_memory_snapshot_records_three_steps_and_summarizes_them(tmp_path):
         snap["recorded"]["wall_seconds"] / snap["unrecorded"]["wall_seconds"], rel=1e-3
     )
     assert 0 < snap["history_entries"] < snap["max_entries"]
-    assert snap["peak_bytes"] >= snap["torch_peak_allocated_bytes"] > 0
     summary = snapshot.summarize(snapshot.load(snap["file"]), top=10_000)
     (d,) = summary["devices"]
-    assert d["mismatches"] == 0 and d["end_bytes"] == d["end_state_bytes"]
+    assert 0 < snap["peak_bytes"] - snap["pending_free_at_peak_bytes"] <= snap["torch_peak_allocated_bytes"], snap
+    assert d["mismatches"] == 0 and d["end_bytes"] == d["end_state_bytes"] <= d["end_state_block_bytes"]
     assert sum(g["bytes"] for g in d["groups"]) == d["peak_bytes"] == snap["peak_bytes"]
     assert {"parameters", "activations"} <= set(d["by_class"]), d["by_class"]
     assert record["results"]["samples_per_sec"] > 0

@@ -372,3 +372,28 @@ def test_a_block_freed_but_pending_on_another_stream_is_in_use_under_the_name_to
     (d,) = snapshot.summarize(made)["devices"]
     assert d["peak_bytes"] == 37_600_000 and groups_of(d) == GROUPS
     assert d["mismatches"] == 0
+
+
+def test_blocks_count_the_bytes_asked_for_and_a_free_waiting_on_a_stream_is_named_at_the_peak():
+    """The allocator's history records each tensor's requested size, and the end state's blocks are larger (rounded
+    up, or not split): every figure counts the requested bytes, so the replay's end equals the end state's; the
+    blocks' own bytes are given apart (torch's max_memory_allocated counts those). A block whose free was requested
+    but waits on another stream at the peak is still in use there, and its bytes are named."""
+    made = made_snapshot()
+    grown = {0x1000: 4 * MB + 512, 0x2000: 4 * MB + 700_000, 0x8000: 4 * MB + 300}  # block sizes > requested
+    for b in made["segments"][0]["blocks"]:
+        if b["address"] in grown:
+            b["size"] = grown[b["address"]]
+    history = made["device_traces"][0]
+    at = next(i for i, e in enumerate(history) if e["addr"] == 0x8000)  # the gradient's alloc: the peak
+    history.insert(at, ev("free_requested", 0x7000, 5 * MB, t=58))  # requested early, completed after the peak
+    history[:] = [
+        e
+        for i, e in enumerate(history)
+        if not (e["action"] == "free_requested" and e["addr"] == 0x7000 and e["time_us"] == 72)
+    ]
+    (d,) = snapshot.summarize(made)["devices"]
+    assert d["peak_bytes"] == 37_600_000 and d["pending_free_at_peak_bytes"] == 5 * MB
+    assert d["end_bytes"] == d["end_state_bytes"] == 12 * MB
+    assert d["end_state_block_bytes"] == 12 * MB + 512 + 700_000 + 300
+    assert d["events"] == sum(e["action"] in ("alloc", "free_completed") for e in history)

@@ -35,9 +35,10 @@ CLASSES = ("parameters", "gradients", "optimizer state", "activations", "the inp
 INPUT_FILES = ("steplens/speedups/prefetch.py", "steplens/speedups/gpu_input.py")
 PARAMETER_CALLS = {"_apply", "to", "cuda", "convert", "to_empty"}  # Module.to and its helpers
 COUNTING = (
-    "a block counts from its alloc to its free_completed (memory_viz's Active Memory Timeline): a block freed "
-    "while another stream still uses it counts until that use ends, so this peak is at least "
-    "torch.cuda.max_memory_allocated's over the same steps, equal where no block waits on a stream"
+    "a block counts the bytes its tensor asked for, from its alloc to its free_completed (memory_viz's Active "
+    "Memory Timeline): a block freed while another stream still uses it counts until that use ends; "
+    "torch.cuda.max_memory_allocated counts the allocator's blocks instead (each request rounded up to 512 bytes, "
+    "or a cached block it did not split), so this peak, less the blocks waiting on a stream, is at most torch's"
 )
 
 
@@ -122,26 +123,30 @@ def class_of(frames: list[dict[str, Any]] | None) -> str:
 
 
 def _events(trace: Iterable[Any]) -> list[tuple[str, int, int, Any, Any]]:
-    """(action, addr, size, frames, time_us) of the history's allocations and completed frees, in order."""
+    """(action, addr, size, frames, time_us) of the history's allocations, requested and completed frees, in order.
+    An entry's size is the size its tensor asked for (the allocator records orig_size, not the block's)."""
     out = []
     for e in trace:
-        if isinstance(e, dict) and e.get("action") in ("alloc", "free_completed"):
+        if isinstance(e, dict) and e.get("action") in ("alloc", "free_requested", "free_completed"):
             if not isinstance(e.get("addr"), int) or not isinstance(e.get("size"), int):
                 raise SnapshotError(f"a history entry without an integer addr and size: {str(e)[:120]}")
             out.append((e["action"], e["addr"], e["size"], e.get("frames"), e.get("time_us")))
     return out
 
 
-def live_at_end(snapshot: dict[str, Any], device: int) -> dict[int, tuple[int, Any]]:
-    """{address: (size, frames)} of the device's blocks in use when the snapshot was taken."""
-    live = {}
+def _active_blocks(snapshot: dict[str, Any], device: int) -> Iterable[dict[str, Any]]:
     for seg in snapshot["segments"]:
-        if seg.get("device", 0) != device:
-            continue
-        for b in seg.get("blocks", []):
-            if b.get("state") in ACTIVE:
-                live[int(b["address"])] = (int(b["size"]), b.get("frames", []))
-    return live
+        if seg.get("device", 0) == device:
+            yield from (b for b in seg.get("blocks", []) if b.get("state") in ACTIVE)
+
+
+def live_at_end(snapshot: dict[str, Any], device: int) -> dict[int, tuple[int, Any]]:
+    """{address: (size, frames)} of the device's blocks in use when the snapshot was taken: the size its tensor
+    asked for (requested_size; the block's size where a snapshot has none), as the history counts it."""
+    return {
+        int(b["address"]): (int(b.get("requested_size", b["size"])), b.get("frames", []))
+        for b in _active_blocks(snapshot, device)
+    }
 
 
 def replay(snapshot: dict[str, Any], device: int) -> dict[str, Any]:
@@ -157,6 +162,8 @@ def replay(snapshot: dict[str, Any], device: int) -> dict[str, Any]:
     # 1) undo the history from the end state: the blocks live at its start
     live, mismatches = {a: (s, fr) for a, (s, fr) in end.items()}, 0
     for action, addr, size, _, _ in reversed(events):
+        if action == "free_requested":
+            continue
         if action == "alloc":
             if live.pop(addr, None) is None:
                 mismatches += 1
@@ -168,35 +175,44 @@ def replay(snapshot: dict[str, Any], device: int) -> dict[str, Any]:
     # 2) replay it forwards: the total after each event, and the event after which it peaks
     total = sum(s for s, _ in start.values())
     start_total, peak, peak_at, sizes = total, total, -1, {a: s for a, (s, _) in start.items()}
+    pending, pending_at_peak = {}, 0  # blocks whose free was requested and waits on a stream's use
     for i, (action, addr, size, _, _) in enumerate(events):
+        if action == "free_requested":
+            pending[addr] = sizes.get(addr, size)
+            continue
         if action == "alloc":
             sizes[addr] = size
             total += size
         else:
+            pending.pop(addr, None)
             total -= sizes.pop(addr, size)
         if total > peak:
-            peak, peak_at = total, i
+            peak, peak_at, pending_at_peak = total, i, sum(pending.values())
     # 3) the blocks live at the peak
     live = dict(start)
     for action, addr, size, frames, _ in events[: peak_at + 1]:
+        if action == "free_requested":
+            continue
         if action == "alloc":
             live[addr] = (size, frames)
         else:
             live.pop(addr, None)
     times = [t for *_, t in events if isinstance(t, (int, float))]
     return {
-        "events": len(events),
+        "events": sum(action != "free_requested" for action, *_ in events),
         "history_entries": len(trace[device]) if device < len(trace) else 0,
         "history_ms": (max(times) - min(times)) / 1e3 if len(times) > 1 else None,
         "mismatches": mismatches,
         "start_bytes": start_total,
         "end_bytes": total,
         "peak_bytes": peak,
-        "peak_after_event": peak_at if peak_at >= 0 else None,
+        "pending_free_at_peak_bytes": pending_at_peak,
+        "peak_after_event": sum(a != "free_requested" for a, *_ in events[: peak_at + 1]) - 1 if peak_at >= 0 else None,
         "peak_time_us": events[peak_at][4] if peak_at >= 0 else None,
         "live_at_peak": live,
         "blocks_at_end": len(end),
         "end_state_bytes": sum(s for s, _ in end.values()),
+        "end_state_block_bytes": sum(int(b["size"]) for b in _active_blocks(snapshot, device)),
     }
 
 

@@ -147,8 +147,9 @@ def describe(
         "recorded_over_unrecorded": (
             round(recorded["wall_seconds"] / plain["wall_seconds"], 4) if plain["wall_seconds"] > 0 else None
         ),
-        "peak_bytes": mine["peak_bytes"] if mine else None,
-        "torch_peak_allocated_bytes": torch_peak,
+        "peak_bytes": mine["peak_bytes"] if mine else None,  # bytes asked for; waiting frees counted
+        "pending_free_at_peak_bytes": mine["pending_free_at_peak_bytes"] if mine else None,
+        "torch_peak_allocated_bytes": torch_peak,  # the allocator's blocks: rounded up, or not split
         "by_class_bytes": mine["by_class"] if mine else None,
     }
     peak = "n/a" if out["peak_bytes"] is None else f"{out['peak_bytes'] / 1e6:.1f} MB"

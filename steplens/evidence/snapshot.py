@@ -9,7 +9,7 @@ Reads the pickle torch.cuda.memory._snapshot() returns (train.py --memory-snapsh
 device, the allocator's history: `alloc`, `free_requested`, `free_completed`, ... each with `addr`, `size`
 and, for allocations, `frames` of `filename`, `line`, `name`). Per device: the peak of the memory in use over
 the recorded history, and the blocks live at that peak grouped by the Python line that allocated them, each
-group classed (parameters, gradients, optimizer state, activations, the input) where its frames tell it.
+group classed (parameters, backward, optimizer state, activations, the input) where its frames tell it.
 docs/EVIDENCE.md defines every figure. pytorch.org/memory_viz draws the same file.
 """
 
@@ -31,7 +31,8 @@ NO_STACK = "(no Python stack)"
 BEFORE_HISTORY = "(allocated before the recorded history, freed in it: no stack kept)"
 OTHER = "other"
 TOP = 15
-CLASSES = ("parameters", "gradients", "optimizer state", "activations", "the input", OTHER)
+BACKWARD = "backward"  # gradients and backward's temporaries
+CLASSES = ("parameters", BACKWARD, "optimizer state", "activations", "the input", OTHER)
 INPUT_FILES = ("steplens/speedups/prefetch.py", "steplens/speedups/gpu_input.py")
 PARAMETER_CALLS = {"_apply", "to", "cuda", "convert", "to_empty"}  # Module.to and its helpers
 COUNTING = (
@@ -103,7 +104,7 @@ def _frame_class(filename: str, name: str) -> str | None:
     if f.endswith("torch/nn/modules/module.py") and name in PARAMETER_CALLS:
         return "parameters"
     if name == "backward" and (f.endswith("torch/_tensor.py") or "/torch/autograd/" in f):
-        return "gradients"
+        return BACKWARD
     if "/torch/nn/" in f:
         return "activations"
     if name == "to_device" or f.endswith(INPUT_FILES):
@@ -113,8 +114,12 @@ def _frame_class(filename: str, name: str) -> str | None:
 
 def class_of(frames: list[dict[str, Any]] | None) -> str:
     """What a block is, read from its frames innermost first: the first frame a rule knows decides
-    (torch.optim: optimizer state; Module.to: parameters; backward: gradients; torch.nn: activations;
-    the step's copy to the device or the device-side input: the input); else "other"."""
+    (torch.optim: optimizer state; Module.to: parameters; backward: backward; torch.nn: activations;
+    the step's copy to the device or the device-side input: the input); else "other". A block with no Python
+    stack at all is backward's too: on a GPU, autograd runs the backward pass on its own thread, which has no
+    Python frames, so the gradients and backward's temporaries are allocated there."""
+    if frames == []:
+        return BACKWARD
     for f in frames or []:
         found = _frame_class(str(f.get("filename", "")), str(f.get("name", "")))
         if found:
@@ -175,7 +180,13 @@ def replay(snapshot: dict[str, Any], device: int) -> dict[str, Any]:
     # 2) replay it forwards: the total after each event, and the event after which it peaks
     total = sum(s for s, _ in start.values())
     start_total, peak, peak_at, sizes = total, total, -1, {a: s for a, (s, _) in start.items()}
-    pending, pending_at_peak = {}, 0  # blocks whose free was requested and waits on a stream's use
+    # blocks whose free was requested and waits on a stream's use; a block whose first event in the history is its
+    # free_completed had its free requested before the history began: it is pending from the start
+    first = {}
+    for action, addr, _, _, _ in events:
+        first.setdefault(addr, action)
+    pending = {a: s for a, s in sizes.items() if first.get(a) == "free_completed"}
+    pending_at_peak = sum(pending.values())
     for i, (action, addr, size, _, _) in enumerate(events):
         if action == "free_requested":
             pending[addr] = sizes.get(addr, size)
@@ -268,8 +279,9 @@ def format_summary(summary: dict[str, Any], name: str) -> str:
         span = f" over {d['history_ms']:.1f} ms" if d["history_ms"] is not None else ""
         lines += [
             "",
-            f"cuda:{d['device']}: peak in use {_mb(d['peak_bytes'])} ({d['events']} allocations and frees "
-            f"recorded{span}; {_mb(d['start_bytes'])} at the history's start, {_mb(d['end_bytes'])} at its end, "
+            f"cuda:{d['device']}: peak in use {_mb(d['peak_bytes'])} ({d['events']} allocations and completed frees "
+            f"of {d['history_entries']} history entries{span}; {_mb(d['start_bytes'])} at the history's start, "
+            f"{_mb(d['end_bytes'])} at its end, "
             f"{_mb(d['reserved_at_end_bytes'])} reserved at the snapshot)",
         ]
         if d["mismatches"]:
@@ -307,7 +319,11 @@ def write_summary(path: str, top: int = TOP) -> tuple[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens snapshot", description=__doc__.split("\n")[0])
-    p.add_argument("snapshot", help="a pickled torch.cuda.memory._snapshot() (train.py --memory-snapshot)")
+    p.add_argument(
+        "snapshot",
+        help="a pickled torch.cuda.memory._snapshot() (train.py --memory-snapshot); the summary is printed and "
+        "written beside it (FILE.summary.txt)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object (default: text)")
     p.add_argument("--top", type=int, default=TOP, help=f"groups listed, largest first (default: {TOP})")
     args = p.parse_args(argv)

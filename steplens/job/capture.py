@@ -220,12 +220,12 @@ class CycleEdges:
     The CPU counters are read as the cycle's first recorded step begins, before its input/next_batch, and as its
     last recorded step ends, after its train/optimizer: inside those two ProfilerStep slices, outside the four
     scopes. They are read in a few system calls (cpu_use.edge_snapshot: the processes' CPU clocks, no walk over
-    threads), so that they do not stretch those steps: the full per-thread walk took 2 to 7 ms a read on an NVIDIA
-    H200 machine, longer than a CUDA-graph step, and left the GPU idle in them. Host memory takes longer to read
-    (smaps_rollup walks every mapping): it is read outside the trace, as the warm-up step before the cycle begins
-    (that step refills the GPU's queue before the cycle) and, given the TraceWriter, as the profiler hands over the
-    finished cycle, before its trace is written. Pauses calls before_step and after_step; the reads count as pauses
-    between steps.
+    the main process's threads), so that they do not stretch those steps: the full per-thread walk took 2 to 7 ms
+    a read on an NVIDIA H200 machine, longer than a whole CUDA-graph step on the CPU (about 1 ms), and left the
+    GPU idle in them. Host memory takes longer to read (smaps_rollup walks every mapping): it is read outside the
+    trace, as the warm-up step before the cycle begins (that step refills the GPU's queue before the cycle) and,
+    given the TraceWriter, as the profiler hands over the finished cycle, before its trace is written. Pauses
+    calls before_step and after_step; the reads count as pauses between steps.
     """
 
     def __init__(self, batches: Any, writer: TraceWriter | None = None, schedule: dict[str, int] = SCHEDULE):

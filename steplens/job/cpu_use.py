@@ -16,6 +16,9 @@ from steplens.job.machine import own_cgroups, walk_up
 BUSY_AT = 0.9  # CPUs used at this share of the budget or more: the job used up its CPUs
 THROTTLED_AT = 0.05  # throttled for this share of the window or more: the cgroup held the job back
 COARSE_AT = 0.1  # CPUs used read to worse than this share of the budget: too coarse to judge the budget
+# A process's CPU clock adds the time of its threads running on other CPUs only up to their last scheduler tick:
+# up to 4 ms late at HZ=250 (1 ms at HZ=1000). edge_snapshot's windows count this lag per process as their unit.
+TICK_LAG_S = 0.004
 
 
 def _stat_ticks(path: str) -> int | None:
@@ -161,6 +164,7 @@ def window_use(before: dict[str, Any], after: dict[str, Any], budget_cpus: float
     if "process_ns" in before and "process_ns" in after:  # edge_snapshot: the process's CPU clock, no thread split
         threads, workers_0, workers_1, unit, clock = None, before["workers_ns"], after["workers_ns"], 1e-9, "cpu clocks"
         main_s = (after["process_ns"] - before["process_ns"]) * unit
+        unit_lag = TICK_LAG_S
     else:
         threads_0, threads_1, workers_0, workers_1, unit, clock = _clocked(before, after)
         names = {tid: name for tid, (name, _) in after["threads"].items()}
@@ -168,6 +172,7 @@ def window_use(before: dict[str, Any], after: dict[str, Any], budget_cpus: float
             tid: (names.get(tid, "?"), (v - threads_0[tid]) * unit) for tid, v in threads_1.items() if tid in threads_0
         }
         main_s = sum(s for _, s in threads.values())
+        unit_lag = unit
     workers = {
         str(pid): None if v is None or workers_0.get(pid) is None else (v - workers_0[pid]) * unit
         for pid, v in workers_1.items()
@@ -185,8 +190,8 @@ def window_use(before: dict[str, Any], after: dict[str, Any], budget_cpus: float
         "cpus_used": round(total / seconds, 3) if seconds > 0 else None,
         "budget_cpus": budget_cpus,
         "cpu_clock": clock,
-        # each counted thread or process read to one unit of its clock at either end of the window
-        "resolution_cpus": round(counted * unit / seconds, 4) if seconds > 0 else None,
+        # each counted thread or process read to one unit of its clock (a tick's lag for the CPU clocks)
+        "resolution_cpus": round(counted * unit_lag / seconds, 4) if seconds > 0 else None,
         "nonvoluntary_switches": {
             str(pid): after["switches"][pid] - before["switches"][pid]
             for pid in after["switches"]

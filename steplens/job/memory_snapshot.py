@@ -130,7 +130,8 @@ def describe(
     device_index: int,
 ) -> dict[str, Any]:
     """run.json's memory_snapshot entry: the files, the recording's settings and cost, and the peak beside
-    torch's own (the snapshot's counts blocks until their free completes: it is at least torch's)."""
+    torch's own (the snapshot counts the bytes asked for, until a free completes; torch counts the allocator's
+    blocks until a free is requested: the snapshot's peak less its pending frees is at most torch's)."""
     mine = next((d for d in figures["devices"] if d["device"] == device_index), None)
     out = {
         "file": path,

@@ -96,3 +96,12 @@ def test_steplens_picture_names_the_run_from_the_run_json_above_the_trace(tmp_pa
     assert picture.nearby_label(str(tmp_path / "traces" / "t.pt.trace.json")) == "workers=2, batch 64"
     assert picture.nearby_label(str(tmp_path / "traces" / "rank1" / "t.pt.trace.json")) == "workers=2, batch 64"
     assert picture.nearby_label(str(tmp_path / "elsewhere.json")) is None
+
+
+def test_the_usage_line_names_whose_memory_it_sums():
+    """PSS is the main process's alone without workers, and always printed to one decimal."""
+    cpu = {"cpu_sentence": "0.94 of the budget's 2 CPUs used", "workers_cpu_s": {}}
+    line = cycle_evidence.usage_line(cpu, {"pss_peak_mb": 1215.0, "shm_peak_mb": None})
+    assert line.endswith("PSS 1215.0 MB (main process)"), line
+    with_workers = cycle_evidence.usage_line({**cpu, "workers_cpu_s": {"7": 0.1}}, {"pss_peak_mb": 1287.25})
+    assert "PSS 1287.2 MB (main process and workers)" in with_workers, with_workers

@@ -110,7 +110,8 @@ def usage_line(cpu: dict[str, Any], memory: dict[str, Any] | None) -> str:
     """A cycle's CPU use and host memory, read at its edges, in one line (docs/EVIDENCE.md#cpu-use-and-host-memory)."""
     said = f"CPU: {cpu['cpu_sentence']}"
     if memory and memory.get("pss_peak_mb") is not None:
-        said += f"; host memory: PSS {memory['pss_peak_mb']:g} MB (main and workers)"
+        whose = "main process and workers" if cpu.get("workers_cpu_s") else "main process"
+        said += f"; host memory: PSS {memory['pss_peak_mb']:.1f} MB ({whose})"
     if memory and memory.get("shm_peak_mb") is not None:
         said += f", /dev/shm {memory['shm_peak_mb']:g} MB used"
     return said

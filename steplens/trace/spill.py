@@ -96,9 +96,14 @@ class SortedRecords:
 
     def __iter__(self) -> Iterator[Any]:
         """Every record, sorted. Read once: the records are released (and the temp file closed) as they go."""
+        return self.read()
+
+    def read(self, keep: bool = False) -> Iterator[Any]:
+        """Every record, sorted; keep: the records stay to be read again (the temp file stays open)."""
         if self.file is None:
             records = self._sorted_buffer()
-            self.buf = array(self.typecode)
+            if not keep:
+                self.buf = array(self.typecode)
             yield from records
             return
         if self.buf:
@@ -109,7 +114,8 @@ class SortedRecords:
         try:
             yield from heapq.merge(*(self._run(*r) for r in self.runs))
         finally:
-            self.close()
+            if not keep:
+                self.close()
 
     def close(self) -> None:
         if self.file is not None:

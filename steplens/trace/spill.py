@@ -121,3 +121,17 @@ class SortedRecords:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def median(values: SortedRecords) -> float | None:
+    """statistics.median of numbers kept as width-1 records (read once); None for none."""
+    n = len(values)
+    if not n:
+        return None
+    want, prev = n // 2, None
+    for i, v in enumerate(values):
+        if i == want:
+            values.close()
+            return v if n % 2 else (prev + v) / 2
+        prev = v
+    raise AssertionError("fewer records than were added")

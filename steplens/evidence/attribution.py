@@ -76,7 +76,7 @@ class SliceFinder:
 
 class ByStep(Mapping):
     """{step: [items]} kept as each step's places in a sequence (and a tag each, from a small table): the items
-    are made when a step is read, so the mapping holds 8 bytes an item, not the items."""
+    are made when a step is read, so the mapping holds 4 bytes an item (6 with a tag), not the items."""
 
     def __init__(self, seq: Sequence[Any], tagged: bool = False):
         self.seq, self.tagged = seq, tagged
@@ -87,7 +87,7 @@ class ByStep(Mapping):
 
     def add(self, num: int, place: int, tag: Any = None) -> None:
         if num not in self.places:
-            self.places[num], self.codes[num] = array("q"), array("i")
+            self.places[num], self.codes[num] = array("i"), array("H")
         self.places[num].append(place)
         if self.tagged:
             code = self.tag_codes.get(tag)
@@ -230,7 +230,7 @@ def idle_figures(
         return merge_sorted(runs.read(keep=True))
 
     def busy_on():  # intersect(busy, span); one interval is a clip, which reads only what reaches into it
-        return iter(busy.clip(*span[0])) if len(span) == 1 else iintersect(busy.pairs(), span)
+        return busy.clip(*span[0]) if len(span) == 1 else iintersect(busy.pairs(), span)
 
     try:
         out = _idle_out(busy, span, scopes, inputs, busy_on, idle)

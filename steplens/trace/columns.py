@@ -167,7 +167,7 @@ class CorrIndex:
                 self.other[corr] = place
             else:
                 records.add((key, place))
-        self.keys, self.places = array("q"), array("q")
+        self.keys, self.places = array("q"), array("i")
         for key, place in records:
             if self.keys and self.keys[-1] == key:
                 self.places[-1] = place  # the later place: sorted by (key, place)
@@ -228,15 +228,13 @@ class Merged:
         """Every interval, in order, as [start, end]."""
         return ([s, e] for s, e in zip(self.starts, self.ends))
 
-    def clip(self, a: float, b: float) -> list[list[float]]:
-        """intervals.clip of the intervals to [a, b): only those that reach into it are read."""
+    def clip(self, a: float, b: float) -> Iterator[list[float]]:
+        """intervals.clip of the intervals to [a, b), one at a time: only those that reach into it are read."""
         lo, hi = bisect_right(self.ends, a), bisect_left(self.starts, b)
-        out = []
         for i in range(lo, hi):
             s, e = max(self.starts[i], a), min(self.ends[i], b)
             if s < e:
-                out.append([s, e])
-        return out
+                yield [s, e]
 
     def clip_all(self, merged: Iterable[list[float]]) -> Iterator[list[float]]:
         """intervals.intersect of the intervals with other merged ones, one clip per other interval."""

@@ -17,6 +17,7 @@ LAYERS = {
         "steplens.trace.intervals",
         "steplens.trace.reader",
         "steplens.trace.spill",
+        "steplens.trace.columns",
         "steplens.trace.damage",
         "steplens.trace.kernels",
         "steplens.trace.nesting",

@@ -840,3 +840,66 @@ def test_while_the_gpu_keeps_up_the_pace_is_the_cpu_step():
     assert [x for x in cpu_text.splitlines() if x.startswith("share of step: ")] == [
         'share of step: "of wall" is over the step\'s CPU wall time (0.10 ms a step)'
     ]
+
+
+def _gpu_heavy_trace(tmp_path, steps, kernels=1000, memory_events=0):
+    """steps profiler steps, each with `kernels` kernels, each launched by a cudaLaunchKernel beside a call that
+    launches nothing (cudaGetDevice, no correlation id), and memory_events [memory] events (an allocation and
+    its free, in turn) spread over the step."""
+    events, corr, held = [], 0, 1 << 20
+    for n in range(steps):
+        t0 = 1000.0 + n * (kernels * 10.0 + 100.0)
+        events.append(step(n, t0, kernels * 10.0 + 50.0))
+        for i in range(kernels):
+            corr += 1
+            ts = t0 + 10.0 + 10.0 * i
+            events += [launch(ts, corr, dur=2.0), x("cudaGetDevice", "cuda_runtime", ts + 2.5, 0.5)]
+            events.append(x(f"gemm_{i % 7}", "kernel", ts + 3.0, 4.0 + i % 5, stream=7, correlation=corr))
+        for i in range(memory_events):
+            size = 512 if i % 2 == 0 else -512
+            args = {"Bytes": size, "Total Allocated": held + (size > 0) * 512, "Total Reserved": 1 << 30}
+            args.update({"Device Type": 1, "Device Id": 0})
+            ts = t0 + 5.0 + kernels * 10.0 * i / max(memory_events, 1)
+            events.append({"ph": "i", "name": "[memory]", "cat": "cpu_instant_event", "ts": ts, **CPU, "args": args})
+    return write(tmp_path, events, name=f"g{steps}-{kernels}-{memory_events}.json")
+
+
+def _small_chunks(monkeypatch):
+    """Sorted runs of 256 records read 64 at a time, and 64 KiB of JSON at a time: both traces of a test are past
+    spill.FAN_IN runs, so the merge holds as many buffers for either, and the test stays quick."""
+    from steplens.trace import spill
+
+    monkeypatch.setattr(spill, "CHUNK", 256)
+    monkeypatch.setattr(spill, "BUFFER", 64)
+    monkeypatch.setattr(summarize, "iter_events", functools.partial(reader.iter_events, chunk=1 << 16))
+
+
+def test_peak_memory_stays_flat_with_the_memory_events(tmp_path, monkeypatch):
+    """Three times the [memory] events (8,000 against 24,000, the same two steps of 40 kernels) leave the peak
+    within 32 KiB: they go to sorted runs on disk (spill.SortedRecords) and their figures are read in one pass.
+    Kept as arrays they added 32 bytes an event, 512 KiB here."""
+    _small_chunks(monkeypatch)
+    small = _gpu_heavy_trace(tmp_path, 2, kernels=40, memory_events=4000)
+    large = _gpu_heavy_trace(tmp_path, 2, kernels=40, memory_events=12000)
+    _peak_bytes(small)
+    peak_small, ev_small = _peak_bytes(small)
+    peak_large, ev_large = _peak_bytes(large)
+    assert ev_large["memory"]["events"] == 3 * ev_small["memory"]["events"] == 24000
+    assert ev_large["memory"]["devices"]["cuda:0"]["running_total_breaks"] == 0
+    assert peak_large - peak_small < 32 * 1024, (peak_small, peak_large)
+
+
+def test_peak_memory_grows_by_a_few_array_entries_per_gpu_event(tmp_path, monkeypatch):
+    """Three times the kernels (2,000 against 6,000, each with two runtime calls) add less than 250 bytes to the
+    peak per added kernel and its calls (217 on 2026-12-05): the GPU events and calls are columns of arrays
+    (steplens/trace/columns.py), a step's list of them is made when it is read, and the window's unions, medians
+    and kernel classes sort through spill.SortedRecords. A tuple per event and call, and lists of every event for
+    the window, added about 1,300 bytes."""
+    _small_chunks(monkeypatch)
+    small, large = _gpu_heavy_trace(tmp_path, 2), _gpu_heavy_trace(tmp_path, 6)
+    _peak_bytes(small)
+    peak_small, ev_small = _peak_bytes(small)
+    peak_large, ev_large = _peak_bytes(large)
+    added = ev_large["window"]["kernels"]["count"] - ev_small["window"]["kernels"]["count"]
+    assert added == 4000 and ev_large["window"]["gpu_work_launches"] == 6000, ev_large["window"]
+    assert (peak_large - peak_small) / added < 250, (peak_small, peak_large)

@@ -3,14 +3,15 @@
 The definitions: docs/EVIDENCE.md#how-gpu-work-is-attributed and docs/EVIDENCE.md#per-step."""
 
 import bisect
-import statistics
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from steplens.scopes import SCOPES
 from steplens.trace import kernels
-from steplens.trace.intervals import complement, intersect, total, union
+from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
+from steplens.trace.intervals import complement, gaps, iintersect, intersect, total, union
+from steplens.trace.spill import SortedRecords, median
 from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, LOADER_PREFIX, SYNC_CALLS, Trace
 
 SMALL_KERNEL_US = 10.0
@@ -73,80 +74,133 @@ class SliceFinder:
         return None
 
 
+class ByStep(Mapping):
+    """{step: [items]} kept as each step's places in a sequence (and a tag each, from a small table): the items
+    are made when a step is read, so the mapping holds 4 bytes an item (6 with a tag), not the items."""
+
+    def __init__(self, seq: Sequence[Any], tagged: bool = False):
+        self.seq, self.tagged = seq, tagged
+        self.places: dict[int, array] = {}
+        self.codes: dict[int, array] = {}
+        self.tags: list[Any] = []
+        self.tag_codes: dict[Any, int] = {}
+
+    def add(self, num: int, place: int, tag: Any = None) -> None:
+        if num not in self.places:
+            self.places[num], self.codes[num] = array("i"), array("H")
+        self.places[num].append(place)
+        if self.tagged:
+            code = self.tag_codes.get(tag)
+            if code is None:
+                code = self.tag_codes[tag] = len(self.tags)
+                self.tags.append(tag)
+            self.codes[num].append(code)
+
+    def __getitem__(self, num: int) -> list[Any]:
+        places = self.places[num]
+        if self.tagged:
+            return [(self.seq[i], self.tags[c]) for i, c in zip(places, self.codes[num])]
+        return [self.seq[i] for i in places]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.places)
+
+    def __len__(self) -> int:
+        return len(self.places)
+
+
 def attribute(
     t: Trace,
-) -> tuple[
-    dict[int, list[tuple[tuple, str]]], dict[int, list[tuple]], list[tuple], list[tuple], int, Callable[[tuple], float]
-]:
+) -> tuple[ByStep, ByStep, list[tuple], list[tuple], int, Callable[[tuple], float]]:
     """Each GPU event to the step (and scope) that launched it; the leftovers to their own buckets.
 
     Returns ({step: [(event, scope)]}, {step: [runtime calls]}, before_trace_events, outside_step_events,
     by_clock_count, launch_time) where launch_time(event) is when its launch call started: -inf when it
-    was launched before the trace, +inf when unknown (no correlation id).
+    was launched before the trace, +inf when unknown (no correlation id). The two mappings (ByStep) make
+    a step's list when it is read.
     """
     in_step = SliceFinder([(a, b, num) for num, a, b in t.steps])
     in_scope = SliceFinder([(s, e, name) for name, slices in t.scopes.items() for s, e in slices])
-    launched = {}
-    runtime_by_step = defaultdict(list)
-    for call in t.runtime:
-        name, s, e, corr = call
-        num = in_step(s)
-        if num is not None:
-            runtime_by_step[num].append(call)
-        if corr is not None:
-            launched[corr] = (num, in_scope(s) or OUTSIDE_SCOPES, s)
-    by_step, before, outside, by_clock = defaultdict(list), [], [], 0
-    for ev in t.gpu:
+    runtime_by_step = ByStep(t.runtime)
+
+    def calls():
+        for i, (_, s, _, corr) in enumerate(t.runtime):
+            num = in_step(s)
+            if num is not None:
+                runtime_by_step.add(num, i)
+            yield corr, i
+
+    launched = CorrIndex(calls())  # correlation id -> the last call that carries it
+
+    def launch(corr):  # (step, scope, start) of the call that launched corr, or None
+        i = launched.get(corr)
+        if i is None:
+            return None
+        s = t.runtime[i][1]
+        return in_step(s), in_scope(s) or OUTSIDE_SCOPES, s
+
+    by_step, before, outside, by_clock = ByStep(t.gpu, tagged=True), [], [], 0
+    for i, ev in enumerate(t.gpu):
         corr = ev[4]
         if corr is None:  # no correlation id at all: the only case for the clock
             num, scope = in_step(ev[1]), in_scope(ev[1]) or OUTSIDE_SCOPES
             by_clock += 1
-        elif corr in launched:
-            num, scope, _ = launched[corr]
         else:
-            before.append(ev)
-            continue
+            found = launch(corr)
+            if found is None:
+                before.append(ev)
+                continue
+            num, scope, _ = found
         if num is None:
             outside.append(ev)
         else:
-            by_step[num].append((ev, scope))
+            by_step.add(num, i, scope)
 
     def launch_time(ev):
         if ev[4] is None:
             return float("inf")
-        found = launched.get(ev[4])
+        found = launch(ev[4])
         return found[2] if found else float("-inf")
 
     return by_step, runtime_by_step, before, outside, by_clock, launch_time
 
 
-class Busy:
-    """The GPU's merged busy intervals, each with the launch time of the event that opens it."""
+class Busy(Merged):
+    """The GPU's merged busy intervals (as arrays), each with the launch time of the event that opens it."""
 
-    def __init__(self, gpu: Iterable[tuple], launch_time: Callable[[tuple], float]):
-        self.merged, self.opened_by = [], []
+    def __init__(self, gpu: Sequence[tuple], launch_time: Callable[[tuple], float]):
+        super().__init__()
+        self.opened_by = array("d")
         self.compute = None  # the merged intervals of all but communication kernels, where the trace has those
-        for ev in sorted(gpu, key=lambda ev: ev[1]):
+        for _, i in sorted_pairs((ev[1], i) for i, ev in enumerate(gpu)):  # by start, file order among equal ones
+            ev = gpu[int(i)]
             s, e = ev[1], ev[2]
-            if self.merged and s <= self.merged[-1][1]:
-                if e > self.merged[-1][1]:
-                    self.merged[-1][1] = e
+            if self.ends and s <= self.ends[-1]:
+                if e > self.ends[-1]:
+                    self.ends[-1] = e
             else:
-                self.merged.append([s, e])
+                self.starts.append(s)
+                self.ends.append(e)
                 self.opened_by.append(launch_time(ev))
-        self.starts = [s for s, _ in self.merged]
+
+    @property
+    def merged(self) -> list[list[float]]:
+        """The merged intervals as a list of [start, end], made when read."""
+        return list(self.pairs())
 
     def host_wait(self, idle: Iterable[Sequence[float]]) -> list[list[float]]:
+        """host_waits, as a list."""
+        return list(self.host_waits(idle))
+
+    def host_waits(self, idle: Iterable[Sequence[float]]) -> Iterator[list[float]]:
         """The idle intervals during which the GPU waited for the host, whole, as HTA counts them: the work
         that ends the interval was launched after the interval began (its launch latency included). After the
         last GPU event: all of it. An interval ended by work launched before it began is GPU-side (queued)."""
-        out = []
         for a, b in idle:
             i = bisect.bisect_left(self.starts, b)
             launch = self.opened_by[i] if i < len(self.starts) else float("inf")
             if launch > a:
-                out.append([a, b])
-        return out
+                yield [a, b]
 
 
 def idle_figures(
@@ -167,39 +221,64 @@ def idle_figures(
     """
     if not span:
         return None
+    runs = SortedRecords("d", 2)  # the idle intervals, for union's sort; read again for each figure
+    for a, b in span:
+        for s, e in gaps(busy.clip(a, b), a, b):
+            runs.add((s, e))
+
+    def idle():
+        return merge_sorted(runs.read(keep=True))
+
+    def busy_on():  # intersect(busy, span); one interval is a clip, which reads only what reaches into it
+        return busy.clip(*span[0]) if len(span) == 1 else iintersect(busy.pairs(), span)
+
+    try:
+        out = _idle_out(busy, span, scopes, inputs, busy_on, idle)
+        if lanes:
+            out["segments"] = _segments(list(busy_on()), list(idle()), busy.host_wait(idle()), inputs)
+    finally:
+        runs.close()
+    return out
+
+
+def _idle_out(busy, span, scopes, inputs, busy_on, idle) -> dict[str, Any]:
+    """idle_figures' figures, each summed over the intervals in order as they are made (busy_on, idle: functions
+    that give them afresh)."""
     length = total(span)
-    busy_on = intersect(busy.merged, span)
-    idle = union([iv for a, b in span for iv in complement(busy.merged, a, b)])
-    idle_us = total(idle)
-    waiting = busy.host_wait(idle)
-    waits = {n: total(intersect(waiting, scopes[n])) for n in scopes}
-    waits[OUTSIDE_SCOPES] = max(0.0, total(waiting) - sum(waits.values()))
-    gaps = intersect(waiting, inputs) if inputs is not None else []
-    gap_us = total(gaps) if inputs is not None else None
+    idle_us = total(idle())
+    host_us = total(busy.host_waits(idle()))
+    waits = {n: total(iintersect(busy.host_waits(idle()), scopes[n])) for n in scopes}
+    waits[OUTSIDE_SCOPES] = max(0.0, host_us - sum(waits.values()))
+    gap_us = total(iintersect(busy.host_waits(idle()), inputs)) if inputs is not None else None
+    busy_us = total(busy_on())
     # Communication alone (NCCL kernels with no other GPU work beside them): busy, but waiting on other ranks.
-    comm_us = total(busy_on) - total(intersect(busy.compute, span)) if busy.compute is not None else 0.0
-    out = {
+    comm_us = busy_us - total(intersect(busy.compute, span)) if busy.compute is not None else 0.0
+    return {
         "span_us": length,
-        "busy_us": total(busy_on),
+        "busy_us": busy_us,
         "idle_us": idle_us,
         "comm_only_us": comm_us,
         "idle_share": idle_us / length if length else None,
-        "host_wait_us": total(waiting),
+        "host_wait_us": host_us,
         "waits_by_scope_us": waits,
         "input_gap_us": gap_us,
         "input_gap_share": None if gap_us is None else (gap_us / idle_us if idle_us else 0.0),
     }
-    if lanes:  # idle drawn as the input gap, the other waits for the host, and idle with work queued
-        host = [iv for a, b in waiting for iv in complement(gaps, a, b)]
-        queued = [iv for a, b in idle for iv in complement(union(waiting), a, b)]
-        out["segments"] = sorted(
-            [["busy", a, b] for a, b in busy_on]
-            + [["input gap", a, b] for a, b in gaps]
-            + [["waiting for the host", a, b] for a, b in host]
-            + [["other idle", a, b] for a, b in queued],
-            key=lambda seg: seg[1],
-        )
-    return out
+
+
+def _segments(busy_on, idle, waiting, inputs) -> list[list[Any]]:
+    """A lane's segments: busy, idle drawn as the input gap, the other waits for the host, and idle with work
+    queued, sorted."""
+    gaps_ = intersect(waiting, inputs) if inputs is not None else []
+    host = [iv for a, b in waiting for iv in complement(gaps_, a, b)]
+    queued = [iv for a, b in idle for iv in complement(union(waiting), a, b)]
+    return sorted(
+        [["busy", a, b] for a, b in busy_on]
+        + [["input gap", a, b] for a, b in gaps_]
+        + [["waiting for the host", a, b] for a, b in host]
+        + [["other idle", a, b] for a, b in queued],
+        key=lambda seg: seg[1],
+    )
 
 
 def input_source(
@@ -232,46 +311,72 @@ def input_source(
     return {"name": None, "kind": None, "null_reason": NO_INPUT}, None
 
 
-def work_figures(mine: list[tuple[tuple, str]], runtime: list[tuple], kernels_all: list[list[float]]) -> dict[str, Any]:
-    """Counts and GPU time of a set of (event, scope) the same launch made: kernels, copies, launches, syncs."""
-    events = [ev for ev, _ in mine]
-    kernels = [e - s for k, s, e, _, _, _ in events if k == "kernel"]
-    h2d = [(s, e, b) for k, s, e, _, _, b in events if k == "h2d"]
-    h2d_intervals = union([[s, e] for s, e, _ in h2d])
-    by_scope = defaultdict(list)
-    for (_, s, e, _, _, _), scope in mine:
-        by_scope[scope].append([s, e])
-    launches = [(n, e - s) for n, s, e, _ in runtime if n in LAUNCH_CALLS]
-    syncs = [e - s for n, s, e, _ in runtime if n in SYNC_CALLS]
+def work_figures(
+    mine: Iterable[tuple[tuple, str]], runtime: Iterable[tuple], kernels_all: Merged | list[list[float]]
+) -> dict[str, Any]:
+    """Counts and GPU time of a set of (event, scope) the same launch made: kernels, copies, launches, syncs.
+    One pass over each; what needs sorting (unions, the median) goes through spill.SortedRecords, so a whole
+    window's events are never held at once. kernels_all: the merged kernel intervals (Merged, or a list)."""
+    every, h2d_runs, durations = SortedRecords("d", 2), SortedRecords("d", 2), SortedRecords("d", 1)
+    by_scope: dict[str, SortedRecords] = {}
+    events = small = h2d_count = h2d_bytes = h2d_us = 0
+    for (k, s, e, _, _, b), scope in mine:
+        events += 1
+        every.add((s, e))
+        if scope not in by_scope:
+            by_scope[scope] = SortedRecords("d", 2)
+        by_scope[scope].add((s, e))
+        if k == "kernel":
+            durations.add(e - s)
+            small += e - s < SMALL_KERNEL_US
+        elif k == "h2d":
+            h2d_count, h2d_bytes, h2d_us = h2d_count + 1, h2d_bytes + b, h2d_us + (e - s)
+            h2d_runs.add((s, e))
+    h2d_intervals = merge_sorted(h2d_runs)
+    overlap = kernels_all.clip_all(h2d_intervals) if isinstance(kernels_all, Merged) else None
+    launches = graph = syncs = 0
+    launch_us = sync_us = 0
+    for n, s, e, _ in runtime:
+        if n in LAUNCH_CALLS:
+            launches, launch_us, graph = launches + 1, launch_us + (e - s), graph + (n in GRAPH_LAUNCH_CALLS)
+        if n in SYNC_CALLS:
+            syncs, sync_us = syncs + 1, sync_us + (e - s)
+    kernels = len(durations)
     return {
-        "gpu_work_us": total(union([[s, e] for _, s, e, _, _, _ in events])),
-        "gpu_work_by_scope_us": {scope: total(union(iv)) for scope, iv in sorted(by_scope.items())},
+        "gpu_work_us": total(merge_sorted(every)),
+        "gpu_work_by_scope_us": {scope: total(merge_sorted(by_scope[scope])) for scope in sorted(by_scope)},
         "h2d": {
-            "count": len(h2d),
-            "bytes": int(sum(b for _, _, b in h2d)),
-            "us": sum(e - s for s, e, _ in h2d),
-            "overlapped_with_kernels_us": total(intersect(h2d_intervals, kernels_all)),
+            "count": h2d_count,
+            "bytes": int(h2d_bytes),
+            "us": h2d_us,
+            "overlapped_with_kernels_us": total(
+                overlap if overlap is not None else intersect(list(h2d_intervals), kernels_all)
+            ),
         },
         "kernels": {
-            "count": len(kernels),
-            "median_us": statistics.median(kernels) if kernels else None,
-            "share_under_10us": (sum(k < SMALL_KERNEL_US for k in kernels) / len(kernels) if kernels else None),
+            "count": kernels,
+            "median_us": median(durations),
+            "share_under_10us": (small / kernels if kernels else None),
         },
-        "other_gpu_events": len(events) - len(kernels) - len(h2d),
-        "launch_cpu_us": sum(d for _, d in launches),
-        "graph_launches": sum(n in GRAPH_LAUNCH_CALLS for n, _ in launches),
-        "sync": {"count": len(syncs), "cpu_us": sum(syncs)},
+        "other_gpu_events": events - kernels - h2d_count,
+        "launch_cpu_us": launch_us,
+        "graph_launches": graph,
+        "sync": {"count": syncs, "cpu_us": sync_us},
     }
 
 
 TOP_KERNELS = 8  # the window's kernels by summed duration, shown with their class
 
 
-def kernel_classes(t: Trace, events: Iterable[tuple], top: int = 0) -> dict[str, Any]:
+def kernel_classes(t: Trace, events: Iterable[tuple] | Callable[[], Iterable[tuple]], top: int = 0) -> dict[str, Any]:
     """The GPU time of events (gpu tuples) by kernel class (kernels.breakdown). Its busy_us is the union of
-    the events' intervals, as gpu_work_us counts it: the classes' times sum to the step's GPU work."""
+    the events' intervals, as gpu_work_us counts it: the classes' times sum to the step's GPU work.
+    events: a list, or a function that gives them afresh (a window's: read twice, never held at once)."""
+    fresh = events if callable(events) else (lambda: events)
     return kernels.breakdown(
-        [(t.gpu_names.get(ev, ""), "kernel" if ev[0] == "kernel" else "gpu_memcpy", ev[1], ev[2]) for ev in events],
+        lambda: (
+            (t.gpu_names.get(ev, ""), "kernel" if ev[0] == "kernel" else "gpu_memcpy", ev[1], ev[2]) for ev in fresh()
+        ),
         top=top,
     )
 
@@ -332,7 +437,7 @@ def save_figures(
     out = []
     for s, e in sorted(saves):
         held = in_step(s)
-        idle = None if busy is None else total(complement(busy.merged, s, e))
+        idle = None if busy is None else total(gaps(busy.clip(s, e), s, e))
         out.append(
             {
                 "step": held[0] if held else None,

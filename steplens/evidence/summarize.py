@@ -14,7 +14,7 @@ import os
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from steplens.evidence.attribution import (
@@ -41,6 +41,7 @@ from steplens.evidence.formatting import format_table
 from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
 from steplens.scopes import SAVE, scope_set
 from steplens.trace import memory
+from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.reader import TraceError, iter_events
 from steplens.trace.timeline import WORK_CALLS, Trace, bucket, read
@@ -60,11 +61,15 @@ class _Reading:
         self.drawn_input = None if self.source["kind"] == "scope" else self.inputs
         self.busy = Busy(t.gpu, self.launch_time)
         self.busy.compute = union([[ev[1], ev[2]] for i, ev in enumerate(t.gpu) if i not in t.comm]) if t.comm else None
-        self.kernels = union([[s, e] for k, s, e, _, _, _ in t.gpu if k == "kernel"])
+        self.kernels = Merged(merge_sorted(sorted_pairs((s, e) for k, s, e, _, _, _ in t.gpu if k == "kernel")))
         self.walls = [b - a for _, a, b in t.steps]
         self.window_cpu = [[a, b] for _, a, b in t.steps]
         self.basis = None
-        self.gpu_corrs = {ev[4] for ev in t.gpu if ev[4] is not None}
+        self.gpu_corrs = CorrIndex((ev[4], i) for i, ev in enumerate(t.gpu))  # a set of the GPU events' ids
+
+    def all_mine(self) -> Iterator[tuple[tuple, str]]:
+        """Every (GPU event, scope) the steps launched, step by step: made afresh at each call, never held."""
+        return (m for num, _, _ in self.t.steps for m in self.by_step.get(num, []))
 
     def launches(self, num):
         """(launches of GPU work in the step, those whose GPU record is not in the trace)."""
@@ -265,7 +270,6 @@ def step_evidence(
 
 def window_evidence(
     r: _Reading,
-    all_mine: list[tuple[tuple, str]],
     window_work: dict[str, Any],
     window_span: list[list[float]],
     lag: float,
@@ -280,7 +284,7 @@ def window_evidence(
         "gpu_lag_us": lag,
         "gpu_span_us": total(window_span) if window_span else None,
     }
-    window["kernel_classes"] = kernel_classes(t, [ev for ev, _ in all_mine], top=TOP_KERNELS)
+    window["kernel_classes"] = kernel_classes(t, lambda: (ev for ev, _ in r.all_mine()), top=TOP_KERNELS)
     window["gpu_span_null_reason"] = None if window_span else "no GPU work was launched inside the window"
     if window_span and window["gpu_work_us"] > window["gpu_span_us"] + EPS_US:  # cannot happen unless a bug
         window["gpu_span_null_reason"] = (
@@ -299,7 +303,9 @@ def window_evidence(
     complete = [num for num, slot in slots.items() if slot]
     window["gpu_slots"] = len(complete)
     window["gpu_slots_span_us"] = sum(slots[num][1] - slots[num][0] for num in complete)
-    window["gpu_slots_work_us"] = total(union([[ev[1], ev[2]] for num in complete for ev, _ in r.by_step[num]]))
+    window["gpu_slots_work_us"] = total(
+        merge_sorted(sorted_pairs((ev[1], ev[2]) for num in complete for ev, _ in r.by_step[num]))
+    )
     window["gpu_span_per_step_us"] = window["gpu_slots_span_us"] / len(complete) if complete else None
     window["gpu_span_per_step_null_reason"] = None if complete else (slot_reason or OPEN_SLOT)
     if complete and window["gpu_slots_work_us"] > window["gpu_slots_span_us"] + EPS_US:
@@ -377,12 +383,11 @@ def summarize_trace(
         return cpu_only_evidence(r, evidence, lanes)
     # 2) does the CPU run ahead of the GPU? then idle time is read on the GPU's timeline, else on the CPU's steps
     slots, slot_reason = gpu_slots(t.steps, r.by_step)
-    all_mine = [m for num, _, _ in t.steps for m in r.by_step.get(num, [])]
     window_work = work_figures(
-        all_mine, [x for num, _, _ in t.steps for x in r.runtime_by_step.get(num, [])], r.kernels
+        r.all_mine(), (x for num, _, _ in t.steps for x in r.runtime_by_step.get(num, [])), r.kernels
     )
     cpu_end = max(b for _, _, b in t.steps)
-    last_gpu_end = max((ev[2] for ev, _ in all_mine), default=None)
+    last_gpu_end = max((ev[2] for ev, _ in r.all_mine()), default=None)
     lag = max(0.0, last_gpu_end - cpu_end) if last_gpu_end is not None else 0.0
     runs_ahead = lag > statistics.median(r.walls) or window_work["gpu_work_us"] > sum(r.walls)
     r.basis = "gpu_timeline" if runs_ahead else "cpu_steps"
@@ -391,8 +396,9 @@ def summarize_trace(
     per_step = [step_evidence(r, num, a, b, slots, slot_reason, annotations, lanes) for num, a, b in t.steps]
     if lanes:
         memory_lanes(r, evidence, per_step)
-    window_span = [[min(ev[1] for ev, _ in all_mine), last_gpu_end]] if all_mine else []
-    window = window_evidence(r, all_mine, window_work, window_span, lag, slots, slot_reason)
+    first_gpu_start = min((ev[1] for ev, _ in r.all_mine()), default=None)
+    window_span = [[first_gpu_start, last_gpu_end]] if first_gpu_start is not None else []
+    window = window_evidence(r, window_work, window_span, lag, slots, slot_reason)
     # 4) what the figures leave out, and the verdict
     pre, out = bucket(r.before), bucket(r.outside)
     evidence["notes"] += trace_notes(r, runs_ahead, window_work, pre, out) + dropped_note(per_step)

@@ -1,6 +1,6 @@
 """Interval algebra on [start, end) lists: union, total, intersection, clipping, complement, difference."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 
 def union(intervals: Iterable[Sequence[float]]) -> list[list[float]]:
@@ -38,14 +38,7 @@ def clip(merged: Sequence[Sequence[float]], start: float, end: float) -> list[li
 
 
 def complement(merged: Sequence[Sequence[float]], start: float, end: float) -> list[list[float]]:
-    out, cur = [], start
-    for s, e in clip(merged, start, end):
-        if s > cur:
-            out.append([cur, s])
-        cur = max(cur, e)
-    if cur < end:
-        out.append([cur, end])
-    return out
+    return gaps(clip(merged, start, end), start, end)
 
 
 def minus(a: Iterable[Sequence[float]], b: Sequence[Sequence[float]]) -> list[list[float]]:
@@ -60,3 +53,29 @@ def minus(a: Iterable[Sequence[float]], b: Sequence[Sequence[float]]) -> list[li
         if cur < e:
             out.append([cur, e])
     return out
+
+
+def gaps(clipped: Iterable[Sequence[float]], start: float, end: float) -> list[list[float]]:
+    """complement of intervals already clipped to [start, end)."""
+    out, cur = [], start
+    for s, e in clipped:
+        if s > cur:
+            out.append([cur, s])
+        cur = max(cur, e)
+    if cur < end:
+        out.append([cur, end])
+    return out
+
+
+def iintersect(a: Iterable[Sequence[float]], b: Iterable[Sequence[float]]) -> Iterator[list[float]]:
+    """intersect of two interval sequences given as iterators: the same pairs, one at a time."""
+    a, b = iter(a), iter(b)
+    x, y = next(a, None), next(b, None)
+    while x is not None and y is not None:
+        s, e = max(x[0], y[0]), min(x[1], y[1])
+        if s < e:
+            yield [s, e]
+        if x[1] < y[1]:
+            x = next(a, None)
+        else:
+            y = next(b, None)

@@ -9,9 +9,10 @@ no rule knows goes to "other" and is listed. Where events overlap, each instant 
 sum to the GPU busy time. The classes and both invariants: docs/EVIDENCE.md#what-the-gpu-does-kernel-classes."""
 
 import re
-import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
+
+from steplens.trace.spill import SortedRecords, median
 
 COPIES = "copies and memsets"
 OTHER = "other"
@@ -113,8 +114,25 @@ def exclusive(events: Sequence[tuple[Any, Any, float, float]]) -> list[float]:
     return out
 
 
-def breakdown(events: Sequence[tuple[str, str, float, float]], top: int = 0) -> dict[str, Any]:
-    """GPU time by class of events (name, cat, start_us, end_us).
+def _shares(fresh: Callable[[], Iterable[tuple[Any, Any, float, float]]]) -> Iterator[float]:
+    """exclusive's shares in the events' order, sorted through spill.SortedRecords: no list of the events."""
+    order = SortedRecords("d", 3)
+    for pos, (_, _, s, e) in enumerate(fresh()):
+        order.add((s, -e, pos))
+    shares, frontier = SortedRecords("d", 2), float("-inf")
+    for s, neg_e, pos in order:
+        e = -neg_e
+        shares.add((pos, max(0.0, e - max(s, frontier))))
+        frontier = max(frontier, e)
+    return (x for _, x in shares)
+
+
+def breakdown(
+    events: Sequence[tuple[str, str, float, float]] | Callable[[], Iterable[tuple[str, str, float, float]]],
+    top: int = 0,
+) -> dict[str, Any]:
+    """GPU time by class of events (name, cat, start_us, end_us): a sequence, or a function that gives them
+    afresh (read twice; a window's events are never held at once).
 
     Returns {"busy_us": union of the intervals, "kernel_us": plain sum of durations, "overlap_us": their
     difference, "classes": {class: {"count", "us", "kernel_us", "median_us", "share"}} for the classes present,
@@ -122,27 +140,26 @@ def breakdown(events: Sequence[tuple[str, str, float, float]], top: int = 0) -> 
     no rule knows, longest total first; with top > 0 also "top": the top kernels by summed duration as
     {"name", "class", "count", "us"}}.
     """
-    excl = exclusive(events)
-    per = {}
-    by_name = {}
-    for (name, cat, s, e), x in zip(events, excl):
+    fresh = events if callable(events) else (lambda: events)
+    per, by_name, busy, kernel_us = {}, {}, 0, 0
+    for (name, cat, s, e), x in zip(fresh(), _shares(fresh)):
         cls = classify(name, cat)
-        c = per.setdefault(cls, {"count": 0, "us": 0.0, "kernel_us": 0.0, "durations": []})
+        c = per.setdefault(cls, {"count": 0, "us": 0.0, "kernel_us": 0.0, "durations": SortedRecords("d", 1)})
         c["count"] += 1
         c["us"] += x
         c["kernel_us"] += e - s
-        c["durations"].append(e - s)
+        c["durations"].add(e - s)
         k = by_name.setdefault(name, {"name": name, "class": cls, "count": 0, "us": 0.0})
         k["count"] += 1
         k["us"] += e - s
-    busy = sum(excl)
-    kernel_us = sum(e - s for _, _, s, e in events)
+        busy += x
+        kernel_us += e - s
     classes = {
         cls: {
             "count": per[cls]["count"],
             "us": per[cls]["us"],
             "kernel_us": per[cls]["kernel_us"],
-            "median_us": statistics.median(per[cls]["durations"]),
+            "median_us": median(per[cls]["durations"]),
             "share": per[cls]["us"] / busy if busy else None,
         }
         for cls in CLASSES

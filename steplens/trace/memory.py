@@ -6,12 +6,12 @@ allocator's running totals after the event), `Device Type` (0 CPU, 1 CUDA) and `
 defines every figure made here."""
 
 import math
-from array import array
-from bisect import bisect_left
+import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from steplens.trace.damage import Damage
+from steplens.trace.spill import SortedRecords
 
 MEMORY_EVENT = "[memory]"
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
@@ -28,19 +28,21 @@ COUNTED_FROM = {
 
 
 class Device:
-    """One device's events, sorted later: start times and the three figures each event carries."""
+    """One device's events as records (time, file order, bytes, allocated, reserved) in spill.SortedRecords:
+    sorted on disk when there are many, so memory does not grow with the events."""
 
     def __init__(self):
-        self.ts, self.bytes = array("d"), array("q")
-        self.allocated, self.reserved = array("q"), array("q")
+        self.records = SortedRecords("q", 5)
+        self.count = 0  # events kept (after figures: those left once repeats are dropped)
 
 
 class Memory:
-    """Every device's memory events, kept as arrays (32 bytes an event), never as the events."""
+    """Every device's memory events, kept as sorted records (40 bytes an event, on disk past a chunk)."""
 
     def __init__(self):
         self.devices: dict[str, Device] = {}
         self.unreadable = 0  # [memory] events without a finite time or numeric totals
+        self.seen = 0  # events kept, all devices: each one's place in the file
 
     def add(self, ev: dict[str, Any]) -> None:
         """Keep one [memory] event's time, bytes and totals under its device."""
@@ -59,10 +61,24 @@ class Memory:
         d = self.devices.get(name)
         if d is None:
             d = self.devices[name] = Device()
-        d.ts.append(ts)
-        d.bytes.append(int(values[0]))
-        d.allocated.append(int(values[1]))
-        d.reserved.append(int(values[2]))
+        d.records.add((_time_key(float(ts)), self.seen, int(values[0]), int(values[1]), int(values[2])))
+        d.count += 1
+        self.seen += 1
+
+
+_SIGN = 1 << 63
+
+
+def _time_key(ts: float) -> int:
+    """An integer that sorts as the time does (the double's bits, negatives flipped); -0.0 reads as 0.0."""
+    bits = struct.unpack("<q", struct.pack("<d", ts + 0.0))[0]
+    return bits if bits >= 0 else -(bits + _SIGN) - 1
+
+
+def _time(key: int) -> float:
+    """The time _time_key was given."""
+    bits = key if key >= 0 else (-key - 1) - _SIGN
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 
 def tap(events: Iterable[Any], memory: Memory) -> Iterator[Any]:
@@ -77,63 +93,87 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _sorted(d: Device) -> tuple[Device, int]:
-    """The device's events in time order (file order among equal times), an event identical to the one before it
-    dropped (a trace written twice); returns them and how many were dropped. Events already in time order (as
-    the profiler writes them) are sorted in place: no second copy of the arrays."""
-    n = len(d.ts)
-    if any(d.ts[i] < d.ts[i - 1] for i in range(1, n)):
-        order = sorted(range(n), key=d.ts.__getitem__)
-        out = Device()
-        for i in order:
-            out.ts.append(d.ts[i])
-            out.bytes.append(d.bytes[i])
-            out.allocated.append(d.allocated[i])
-            out.reserved.append(d.reserved[i])
-        d = out
-    columns = (d.ts, d.bytes, d.allocated, d.reserved)
-    kept, last = 0, None
-    for i in range(n):
-        key = (d.ts[i], d.bytes[i], d.allocated[i], d.reserved[i])
-        if key == last:
+def _events(d: Device, keep: bool, counts: dict[str, int]) -> Iterator[tuple[float, int, int, int]]:
+    """The device's events (ts, bytes, allocated, reserved) in time order (file order among equal times), an
+    event identical to the one before it dropped (a trace written twice). counts gets "events" (those given),
+    "repeated" (those dropped) and "breaks" (those whose allocated total is not the one before plus their bytes:
+    each is a gap or a reordering). keep: the records stay to be read again."""
+    last = None
+    counts.update(events=0, repeated=0, breaks=0)
+    for key, _, nbytes, allocated, reserved in d.records.read(keep):
+        event = (_time(key), nbytes, allocated, reserved)
+        if event == last:
+            counts["repeated"] += 1
             continue
-        last = key
-        for column in columns:
-            column[kept] = column[i]
-        kept += 1
-    for column in columns:
-        del column[kept:]
-    return d, n - kept
+        if last is not None and allocated != last[2] + nbytes:
+            counts["breaks"] += 1
+        counts["events"] += 1
+        last = event
+        yield event
 
 
-def _at(d: Device, i: int) -> tuple[int, int]:
-    """(allocated, reserved) just before event i: the totals after event i-1, or before the first event."""
-    if i > 0:
-        return d.allocated[i - 1], d.reserved[i - 1]
-    return d.allocated[0] - d.bytes[0], d.reserved[0]
+class _Span:
+    """A span [start, end) read as the events pass: the totals just before its first event and after its last
+    (before the device's first event: its allocated total less its bytes), their peaks, the events in it."""
+
+    def __init__(self, before: tuple[int, int], index: int):
+        self.allocated_start, self.reserved_start = before
+        self.allocated_peak, self.reserved_peak = before
+        self.first = index
+        self.points: list[tuple[float, int]] = []
+
+    def see(self, event: tuple[float, int, int, int], points: bool) -> None:
+        self.allocated_peak = max(self.allocated_peak, event[2])
+        self.reserved_peak = max(self.reserved_peak, event[3])
+        if points:
+            self.points.append((event[0], event[2]))
+
+    def end(self, before: tuple[int, int], index: int) -> dict[str, Any]:
+        return {
+            "allocated_start": self.allocated_start,
+            "allocated_peak": self.allocated_peak,
+            "allocated_end": before[0],
+            "reserved_start": self.reserved_start,
+            "reserved_peak": self.reserved_peak,
+            "reserved_end": before[1],
+            "events": index - self.first,
+            "points": self.points,
+        }
 
 
-def _span(d: Device, s: float, e: float) -> dict[str, Any]:
-    """Allocated and reserved at the span's start, their peaks inside it, and at its end (bytes)."""
-    i0, i1 = bisect_left(d.ts, s), bisect_left(d.ts, e)
-    a0, r0 = _at(d, i0)
-    a1, r1 = _at(d, i1)
-    return {
-        "allocated_start": a0,
-        "allocated_peak": max([a0, *d.allocated[i0:i1]]),
-        "allocated_end": a1,
-        "reserved_start": r0,
-        "reserved_peak": max([r0, *d.reserved[i0:i1]]),
-        "reserved_end": r1,
-        "events": i1 - i0,
-    }
+def _sweep(events: Iterator[tuple[float, int, int, int]], spans: list[tuple[float, float]], points: bool = False):
+    """Each span's figures (_Span.end) in one pass over a device's sorted events: a span holds the events from the
+    first at or after its start to the last before its end. points: each span also lists its (ts, allocated)."""
+    bounds = sorted((x, kind, q) for q, (s, e) in enumerate(spans) for x, kind in ((s, 0), (e, 1)))
+    found, open_, b, index, prev, first = [None] * len(spans), {}, 0, 0, None, None
+
+    def before():  # (allocated, reserved) just before the event at index
+        return (prev[2], prev[3]) if prev is not None else (first[2] - first[1], first[3])
+
+    for event in events:
+        first = first or event
+        while b < len(bounds) and bounds[b][0] <= event[0]:
+            _, kind, q = bounds[b]
+            if kind == 0:
+                open_[q] = _Span(before(), index)
+            else:
+                found[q] = open_.pop(q).end(before(), index)
+            b += 1
+        for span in open_.values():
+            span.see(event, points)
+        prev, index = event, index + 1
+    for _, kind, q in bounds[b:]:
+        if kind == 0:
+            open_[q] = _Span(before(), index)
+        else:
+            found[q] = open_.pop(q).end(before(), index)
+    return found
 
 
-def _scope(d: Device, spans: list[list[float]]) -> dict[str, Any] | None:
+def _scope(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A scope's net change and peak over its slices in one step (None where the step has none)."""
-    if not spans:
+    if not parts:
         return None
-    parts = [_span(d, s, e) for s, e in spans]
     return {
         "allocated_change": sum(p["allocated_end"] - p["allocated_start"] for p in parts),
         "allocated_peak": max(p["allocated_peak"] for p in parts),
@@ -143,9 +183,27 @@ def _scope(d: Device, spans: list[list[float]]) -> dict[str, Any] | None:
     }
 
 
-def breaks(d: Device) -> int:
-    """Events whose allocated total is not the one before plus their bytes: each is a gap or a reordering."""
-    return sum(d.allocated[i] != d.allocated[i - 1] + d.bytes[i] for i in range(1, len(d.ts)))
+def _rows(d: Device, steps, scopes, names) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Each step's row of figures (its span, each scope's slices in it) and the device's counts (_events)."""
+    spans, own = [], []  # own: each step's span, and each scope's slices in it, as indices into spans
+    for _, a, b in steps:
+        mine = {"": range(len(spans), len(spans) + 1)}
+        spans.append((a, b))
+        for sc in names:
+            xs = [(x[0], x[1]) for x in scopes.get(sc, []) if a <= x[0] < b]
+            mine[sc] = range(len(spans), len(spans) + len(xs))
+            spans += xs
+        own.append(mine)
+    counts = {}
+    found = _sweep(_events(d, True, counts), spans)
+    for f in found:
+        del f["points"]
+    rows = []
+    for (num, _, _), mine in zip(steps, own):
+        row = {"step": num, **found[mine[""][0]]}
+        row["scopes"] = {sc: _scope([found[j] for j in mine[sc]]) for sc in names}
+        rows.append(row)
+    return rows, counts
 
 
 def figures(
@@ -158,28 +216,24 @@ def figures(
     """Per device: each step's allocated and reserved memory at its start, peak and end, and each scope's net change
     and peak inside it (bytes); the window's peaks; the events no step holds. names: the scopes to read.
     damage: where memory events written twice (read once) and unreadable ones (skipped) are counted.
-    The devices' arrays are sorted and cleared of repeats in place: call it once per Memory."""
-    devices = {name: _sorted(memory.devices[name]) for name in memory.devices}
-    total = sum(len(d.ts) for d, _ in devices.values())
+    Each device's records are read in one pass (kept for memory.lane); call it once per Memory."""
+    devices = {name: _rows(memory.devices[name], steps, scopes, names) for name in memory.devices}
+    total = sum(counts["events"] for _, counts in devices.values())
     out = {"events": total, "unreadable_events": memory.unreadable, "null_reason": None if total else NO_EVENTS}
     out["devices"] = {}
     if damage is not None:
-        for _ in range(sum(repeated for _, repeated in devices.values())):
+        for _ in range(sum(counts["repeated"] for _, counts in devices.values())):
             damage.add("duplicate_memory", {"name": "[memory]"}, False)
         for _ in range(memory.unreadable):
             damage.add("unreadable_memory", {"name": "[memory]"}, False)
     for name in sorted(devices, key=lambda n: (n == "cpu", n)):
-        d, repeated = devices[name]
-        rows = []
-        for num, a, b in steps:
-            row = {"step": num, **_span(d, a, b)}
-            row["scopes"] = {sc: _scope(d, [x for x in scopes.get(sc, []) if a <= x[0] < b]) for sc in names}
-            rows.append(row)
+        rows, counts = devices[name]
+        memory.devices[name].count = counts["events"]
         inside = sum(r["events"] for r in rows)
         dev = {
-            "events": len(d.ts),
-            "outside_steps": len(d.ts) - inside,
-            "running_total_breaks": breaks(d),
+            "events": counts["events"],
+            "outside_steps": counts["events"] - inside,
+            "running_total_breaks": counts["breaks"],
             "reserved_null_reason": CPU_RESERVED if name == "cpu" else None,
             "allocated_counts": COUNTED_FROM.get(name.split(":")[0]),
             "steps": rows,
@@ -215,12 +269,9 @@ def lane(memory: Memory, steps: list[tuple[int, float, float]]) -> dict[str, Any
     if not gpus:
         reason = NO_GPU_EVENTS if memory.devices else NO_EVENTS
         return {"device": None, "null_reason": reason, "steps": {}}
-    name = max(sorted(gpus), key=lambda n: len(memory.devices[n].ts))
-    d, _ = _sorted(memory.devices[name])
+    name = max(sorted(gpus), key=lambda n: memory.devices[n].count)
+    found = _sweep(_events(memory.devices[name], True, {}), [(a, b) for _, a, b in steps], points=True)
     out = {}
-    for num, a, b in steps:
-        i0, i1 = bisect_left(d.ts, a), bisect_left(d.ts, b)
-        points = [(a, _at(d, i0)[0])]
-        points += [(d.ts[i], d.allocated[i]) for i in range(i0, i1)]
-        out[num] = points + [(b, _at(d, i1)[0])]
+    for (num, a, b), f in zip(steps, found):
+        out[num] = [(a, f["allocated_start"]), *f["points"], (b, f["allocated_end"])]
     return {"device": name, "null_reason": None, "steps": out}

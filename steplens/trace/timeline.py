@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.scopes import KNOWN
-from steplens.trace import damage, memory, nesting, spill
+from steplens.trace import columns, damage, memory, nesting, spill
 from steplens.trace.intervals import total, union
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -62,8 +62,9 @@ class Trace:
     """What the figures need from a trace, as compact tuples.
 
     steps: (num, start, end); scopes: {scope: [[start, end], ...]}; scope_ids: {External id: (scope, start)};
-    gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset;
-    runtime: (name, start, end, correlation); annotations: (name, start, end, External id) on GPU tracks;
+    gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset, and runtime:
+    (name, start, end, correlation), each kept as columns (steplens/trace/columns.py);
+    annotations: (name, start, end, External id) on GPU tracks;
     threads: the CPU slices' threads and times, for the slices that cross (nesting.Crossing);
     complete: every complete event's track and times, for Perfetto's nesting rule (nesting.DropCount);
     both keep a record per event in spill.SortedRecords, on disk past a chunk, and are read once.
@@ -73,8 +74,10 @@ class Trace:
     def __init__(self):
         self.steps, self.scopes, self.scope_ids = [], defaultdict(list), {}
         self.loader, self.named = [], defaultdict(list)  # DataLoader annotations; every other user annotation
-        self.gpu, self.runtime, self.annotations = [], [], []
-        self.gpu_names = {}  # each gpu tuple: its event's name (kernel classes, steplens/trace/kernels.py)
+        names = columns.Names()  # one string object per distinct name, shared by the columns
+        self.gpu, self.runtime = columns.GpuEvents(names), columns.RuntimeCalls(names)  # columns, read as tuples
+        self.annotations = []
+        self.gpu_names = columns.GpuNames(self.gpu)  # each GPU event's name (kernel classes, steplens/trace/kernels.py)
         self.comm = set()  # indices into gpu of the communication kernels (NCCL): GPU time, but no compute
         self.threads = nesting.Crossing()
         self.complete = nesting.DropCount()
@@ -132,12 +135,11 @@ def extract(
             else:
                 kind = "h2d" if "HtoD" in name else "memcpy"
             stream = args.get("stream", args.get(nesting.OVERLAP_ARG))  # a sibling track's event: its own stream
-            t.gpu.append((kind, s, e, stream, args.get("correlation"), _bytes(args.get("bytes"))))
-            t.gpu_names[t.gpu[-1]] = names.setdefault(name, name)
+            t.gpu.append(kind, s, e, stream, args.get("correlation"), _bytes(args.get("bytes")), name)
             if kind == "kernel" and "nccl" in name.lower():
                 t.comm.add(len(t.gpu) - 1)
         elif cat in ("cuda_runtime", "cuda_driver"):
-            t.runtime.append((names.setdefault(name, name), s, e, args.get("correlation")))
+            t.runtime.append(name, s, e, args.get("correlation"))
         elif cat == "gpu_user_annotation":
             t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
     t.steps.sort()

@@ -7,6 +7,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from steplens.evidence import delays
 from steplens.scopes import SCOPES
 from steplens.trace import kernels
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
@@ -209,6 +210,7 @@ def idle_figures(
     scopes: dict[str, list[list[float]]],
     inputs: list[list[float]] | None,
     lanes: bool = False,
+    host: Any = None,
 ) -> dict[str, Any] | None:
     """busy, idle, input gap over span (a merged list of [start, end)); scopes: {scope: merged slices};
     inputs: the merged slices of the input source (input_source), or None when the trace has none.
@@ -218,6 +220,7 @@ def idle_figures(
     wait inside the input source's slices (null without a source). GPU-side gaps between queued kernels are
     idle, but no wait for the host.
     lanes: also the GPU lane as [kind, start, end] segments (busy, input gap, other idle), sorted.
+    host: delays.HostCalls, for delays_us: the span's time by delay class (steplens/evidence/delays.py).
     """
     if not span:
         return None
@@ -234,6 +237,9 @@ def idle_figures(
 
     try:
         out = _idle_out(busy, span, scopes, inputs, busy_on, idle)
+        if host is not None:
+            causes = delays.idle_causes(busy, idle(), host)
+            out["delays_us"] = delays.delays_us(out, causes, delays.copy_alone(host, span))
         if lanes:
             out["segments"] = _segments(list(busy_on()), list(idle()), busy.host_wait(idle()), inputs)
     finally:

@@ -5,6 +5,7 @@ The rule and its thresholds: docs/EVIDENCE.md#the-verdict."""
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from steplens.evidence import delays
 from steplens.evidence.attribution import EPS_US, NO_GPU, NO_INPUT, OUTSIDE_SCOPES, pooled_classes
 from steplens.scopes import EVAL_FORWARD, EVAL_TO_DEVICE, SAVE, SCOPES
 
@@ -311,7 +312,14 @@ def verdict(
     """
     if isinstance(evidences, dict):
         evidences = [evidences]
-    out = _verdict(evidences, parts if parts is not None else [ev["window"] for ev in evidences])
+    parts = parts if parts is not None else [ev["window"] for ev in evidences]
+    out = _verdict(evidences, parts)
+    if out["stage"] is not None and all(ev.get("window_only") for ev in evidences):
+        out["one_step"] = True
+        out["sentence"] = f"One window without steps, so no pattern is claimed: {out['sentence']}"
+    elif out["stage"] is not None and sum(p.get("steps", 1) for p in parts) == 1:
+        out["one_step"] = True
+        out["sentence"] = f"One profiled step, so no pattern is claimed: {out['sentence']}"
     if out["part"] == SAVE:  # the checkpoint phase: name the longest save, its step and the GPU's idle in it
         out["save"] = longest_save(evidences)
         out["sentence"] += save_sentence(out["save"])
@@ -351,11 +359,8 @@ def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> di
         return out
     # 1) enough steps to see a pattern
     steps = sum(p.get("steps", 1) for p in parts)
-    if steps < 2:
-        out["sentence"] = (
-            f"Too short to tell: {steps} profiled step; a verdict needs two or more, so that one "
-            "slow step is not read as the pattern."
-        )
+    if steps < 1:
+        out["sentence"] = "Too short to tell: no profiled step."
         return out
     # 2) a CPU-only trace: the CPU's own time
     source, names = _source(evidences), scope_names(evidences)
@@ -377,6 +382,11 @@ def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> di
     if missing:
         out["sentence"] = f"Cannot tell which stage holds the step: {'; '.join(dict.fromkeys(map(str, missing)))}."
         return out
+    found = delay_shares(parts)
+    if found is not None:
+        out["delays"] = found
+    if not has_scopes and found is not None:  # a loop without the scopes: the delays name the stage
+        return _delay_verdict(out, found, evidences, named, gap_known=sum_known(parts, lambda p: p.get("input_gap_us")))
     shares, gap = _gpu_shares(parts, has_scopes, hosts)
     idle_parts = [k for k in shares if k != "busy"]
     part = "busy" if shares["busy"] >= GPU_BOUND_AT else max(idle_parts, key=shares.get)
@@ -393,4 +403,60 @@ def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> di
         out["sentence"] += f" No input figure: {no_input_reason(evidences)}."
     elif source and source != own_input:
         out["sentence"] += f" The input is read from {source}."
+    return out
+
+
+# A delay class (steplens/evidence/delays.py) to the stage it names, in the same words as the scopes' stages.
+DELAY_STAGES = {
+    "compute": "GPU compute",
+    "communication": "communication between ranks",
+    "input": "waiting for input",
+    "copy": "copying input to the GPU",
+    "launch": "host-side launch overhead",
+    "sync": "synchronizing with the CPU",
+    "host": "host work between launches",
+    "queued": "GPU-side gaps",
+}
+
+
+def delay_shares(parts: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Each delay class's share of the parts' pooled pace; None where a part lacks them."""
+    if not parts or any(not p.get("delays_us") or not p.get("pace_us") for p in parts):
+        return None
+    pace = sum(p["pace_us"] for p in parts)
+    return {c: sum(p["delays_us"].get(c, 0.0) for p in parts) / pace for c in delays.CLASSES}
+
+
+def _delay_verdict(out, shares, evidences, named, gap_known):
+    """The verdict of a GPU trace without the scopes: GPU compute when busy for GPU_BOUND_AT of the step, else
+    the largest delay, each with the line of figures behind it and the class of fix that fits."""
+    waits = {c: v for c, v in shares.items() if c != "compute"}
+    cls = "compute" if shares["compute"] >= GPU_BOUND_AT else max(waits, key=waits.get)
+    details = evidences[0]["window"].get("delay_details") or {}
+    steps = max(1, details.get("steps") or 1)
+    pace = sum(ev["window"]["pace_us"] or 0.0 for ev in evidences) / max(
+        1, sum(ev["window"]["steps"] for ev in evidences)
+    )
+    per_step = {c: v * pace for c, v in shares.items()}
+    source = _source(evidences)
+    line = delays.evidence(cls, details, per_step, source) if details else ""
+    out.update(stage=DELAY_STAGES[cls], part=cls, share=shares[cls], next=f"{delays.FIXES[cls]}, {MEASURE}")
+    second = max((c for c in waits if c != cls), key=waits.get)
+    text = f"{DELAY_STAGES[cls][0].upper()}{DELAY_STAGES[cls][1:]} holds the step ({_pct(shares[cls])} of it)"
+    if cls == "compute":
+        if waits[second] >= CLOSE:
+            text += f"; its largest wait is {DELAY_STAGES[second]} ({_pct(waits[second])})"
+    else:
+        text = (
+            f"The GPU idles for {_pct(1 - shares['compute'] - shares['communication'])} of the step; "
+            + text[0].lower()
+            + text[1:]
+        )
+        if waits[second] > 0 and shares[cls] - waits[second] <= CLOSE:
+            out["runner_up"] = {"stage": DELAY_STAGES[second], "part": second, "share": waits[second]}
+            text += f", closely followed by {DELAY_STAGES[second]} ({_pct(waits[second])})"
+    out["sentence"] = f"{text}: {line}. Next: {out['next']}." if line else f"{text}. Next: {out['next']}."
+    if gap_known is None:
+        out["sentence"] += f" No input figure: {no_input_reason(evidences)}."
+    del steps
     return out

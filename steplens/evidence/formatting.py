@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from steplens.evidence import delays
 from steplens.evidence.attribution import CAVEAT, NO_GPU
 from steplens.scopes import SCOPES
 from steplens.trace import kernels
@@ -406,6 +407,30 @@ def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
     return parts
 
 
+def delay_lines(ev: dict[str, Any]) -> list[str]:
+    """The step's time by delay (steplens/evidence/delays.py) in one line, and the figures behind each delay of
+    at least DELAY_SHOWN of the step in a line each; nothing on a trace without them."""
+    shares = (ev.get("verdict") or {}).get("delays")
+    if not shares:
+        return []
+    shown = [
+        c for c in delays.CLASSES if shares.get(c, 0.0) >= 0.005 or c in ("compute", "input", "copy", "launch", "sync")
+    ]
+    lines = ["delays (share of the step): " + ", ".join(f"{delays.NAMES[c]} {shares[c]:.0%}" for c in shown)]
+    w = ev["window"]
+    details = w.get("delay_details")
+    if details and w.get("pace_us"):
+        per_step = {c: shares[c] * w["pace_us"] / w["steps"] for c in shares}
+        source = (ev.get("input_source") or {}).get("name")
+        for c in sorted(shares, key=shares.get, reverse=True):
+            if shares[c] >= DELAY_SHOWN:
+                lines.append(f"  {delays.NAMES[c]}: {delays.evidence(c, details, per_step, source)}")
+    return lines
+
+
+DELAY_SHOWN = 0.10  # a delay of at least this share of the step gets its line of figures
+
+
 def format_table(evidences: list[dict[str, Any]]) -> str:
     """One trace: a column per step plus the window. Several: one window column each (B/A for two)."""
     parts = []
@@ -424,6 +449,7 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
             for label, g, fmt in rows_used
         ]
         parts.append(f"verdict: {ev['verdict']['sentence']}")
+        parts += delay_lines(ev)
         parts.append(f"trace: {ev['trace']}")
     else:
         header = ["figure (mean/step)"] + [chr(ord("A") + i) for i in range(len(evidences))]

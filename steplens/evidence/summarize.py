@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from steplens.evidence import delays
 from steplens.evidence.attribution import (
     CAVEAT,
     EPS_US,
@@ -44,7 +45,7 @@ from steplens.trace import memory
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.reader import TraceError, iter_events
-from steplens.trace.timeline import WORK_CALLS, Trace, bucket, read
+from steplens.trace.timeline import MEMSET_CALLS, WORK_CALLS, Trace, bucket, read
 
 
 class _Reading:
@@ -66,14 +67,17 @@ class _Reading:
         self.window_cpu = [[a, b] for _, a, b in t.steps]
         self.basis = None
         self.gpu_corrs = CorrIndex((ev[4], i) for i, ev in enumerate(t.gpu))  # a set of the GPU events' ids
+        self.host = delays.HostCalls(t, self.gpu_corrs, self.inputs, self.kernels) if t.gpu else None
 
     def all_mine(self) -> Iterator[tuple[tuple, str]]:
         """Every (GPU event, scope) the steps launched, step by step: made afresh at each call, never held."""
         return (m for num, _, _ in self.t.steps for m in self.by_step.get(num, []))
 
     def launches(self, num):
-        """(launches of GPU work in the step, those whose GPU record is not in the trace)."""
-        calls = [c for c in self.runtime_by_step.get(num, []) if c[0] in WORK_CALLS]
+        """(launches of GPU work in the step, those whose GPU record is not in the trace). Memsets are left out:
+        cuDNN and cuBLAS issue some whose GPU record the profiler never writes, and a memset's few µs cannot
+        move a figure (delay_details counts them)."""
+        calls = [c for c in self.runtime_by_step.get(num, []) if c[0] in WORK_CALLS and c[0] not in MEMSET_CALLS]
         return len(calls), sum(c[3] not in self.gpu_corrs for c in calls)
 
     def cpu_figs(self, span):
@@ -88,8 +92,8 @@ class _Reading:
 
     def views(self, cpu_span, gpu_span, lanes=False):
         """Idle figures read on the CPU's steps and on the GPU's own timeline."""
-        cpu = idle_figures(self.busy, cpu_span, self.scopes, self.inputs, lanes)
-        gpu = idle_figures(self.busy, gpu_span, self.scopes, self.inputs, lanes) if gpu_span else None
+        cpu = idle_figures(self.busy, cpu_span, self.scopes, self.inputs, lanes, self.host)
+        gpu = idle_figures(self.busy, gpu_span, self.scopes, self.inputs, lanes, self.host) if gpu_span else None
         return {"cpu_steps": cpu, "gpu_timeline": gpu}
 
     def fill(self, out, v, reason):
@@ -105,8 +109,9 @@ class _Reading:
             ("input_gap_share", "input_gap_share"),
             ("waits_by_scope_us", "waits_by_scope_us"),
             ("gpu_comm_only_us", "comm_only_us"),
+            ("delays_us", "delays_us"),
         ):
-            out[key] = chosen[src] if chosen else None
+            out[key] = chosen.get(src) if chosen else None
         out["pace_us"] = chosen["span_us"] if chosen else None
         out["gpu_null_reason"] = None if chosen else reason
         if out["launch_cpu_us"] is not None:
@@ -315,6 +320,14 @@ def window_evidence(
             f"their slots ({window['gpu_slots_span_us']:.1f} us): steps' GPU work overlaps"
         )
     window.update(steps=len(t.steps), median_step_us=statistics.median(r.walls))
+    window["delay_details"] = delays.details(
+        t,
+        r.gpu_corrs,
+        r.host,
+        (x for num, _, _ in t.steps for x in r.runtime_by_step.get(num, [])),
+        r.all_mine(),
+        len(t.steps),
+    )
     return window
 
 
@@ -346,6 +359,7 @@ def summarize_events(
     name: str = "trace",
     lanes: bool = False,
     input_scope: str | None = None,
+    step_scope: str | None = None,
 ) -> dict[str, Any]:
     """The evidence of one trace (docs/EVIDENCE.md defines every figure). lanes: each step also carries its
     lanes for a picture ({"cpu": [[scope, start, end]], "gpu": [[kind, start, end]] or None}, trace µs).
@@ -358,7 +372,7 @@ def summarize_events(
         t = read(lambda: events)
     else:
         t = read(events)
-    return summarize_trace(t, name, lanes, input_scope)
+    return summarize_trace(t, name, lanes, input_scope, step_scope)
 
 
 def need_steps(t: Trace, name: str) -> None:
@@ -371,14 +385,40 @@ def need_steps(t: Trace, name: str) -> None:
         )
 
 
+WINDOW_ONLY = (
+    "the trace has no ProfilerStep#N slices (a capture without a schedule, or a loop without prof.step()): it is "
+    "read as one window, from its first to its last CPU event; name the scope around one iteration with "
+    "--step-scope to read it per iteration"
+)
+
+
+def choose_steps(t: Trace, name: str, step_scope: str | None) -> str | None:
+    """The steps to read: --step-scope's slices, else the ProfilerStep#N slices, else the whole capture as one
+    window (a trace without damage only). Returns the note that says which, or None for ProfilerStep#N."""
+    if step_scope:
+        slices = sorted(t.scopes.get(step_scope) or t.named.get(step_scope) or [])
+        if not slices:
+            raise TraceError(f"{name}: no user annotation named {step_scope!r} (--step-scope) in the trace")
+        t.steps = [(i + 1, s, e) for i, (s, e) in enumerate(slices)]
+        return f"each slice of {step_scope!r} (--step-scope) is read as one step: {len(slices)} in the trace"
+    if t.steps or t.damage or t.cpu_extent is None:
+        need_steps(t, name)
+        return None
+    t.steps = [(0, *t.cpu_extent)]
+    return WINDOW_ONLY
+
+
 def summarize_trace(
-    t: Trace, name: str = "trace", lanes: bool = False, input_scope: str | None = None
+    t: Trace, name: str = "trace", lanes: bool = False, input_scope: str | None = None, step_scope: str | None = None
 ) -> dict[str, Any]:
     """The evidence of a trace's timeline (timeline.read's); see summarize_events."""
     # 1) the timeline was read (checked for damage); attribute each GPU event to the step that launched it
-    need_steps(t, name)
+    steps_note = choose_steps(t, name, step_scope)
     r = _Reading(t, input_scope)
     evidence = trace_header(r, name)
+    evidence["window_only"] = steps_note == WINDOW_ONLY
+    if steps_note:
+        evidence["notes"].insert(0, steps_note)
     if not t.gpu:
         return cpu_only_evidence(r, evidence, lanes)
     # 2) does the CPU run ahead of the GPU? then idle time is read on the GPU's timeline, else on the CPU's steps
@@ -421,7 +461,12 @@ def summarize_trace(
 
 
 def summarize_file(
-    path: str, lanes: bool = False, input_scope: str | None = None, with_roofline: bool = False, model: Any = None
+    path: str,
+    lanes: bool = False,
+    input_scope: str | None = None,
+    with_roofline: bool = False,
+    model: Any = None,
+    step_scope: str | None = None,
 ) -> dict[str, Any]:
     """The evidence of one trace file (summarize_events).
 
@@ -429,12 +474,15 @@ def summarize_file(
     which takes model), made from the same read of the file: one pass, or two where events were written twice,
     as without it."""
     if not with_roofline:
-        return summarize_events(lambda: iter_events(path), name=path, lanes=lanes, input_scope=input_scope)
+        return summarize_events(lambda: iter_events(path), path, lanes, input_scope, step_scope)
     meta = {}
     t, ops = read_with_operators(lambda: iter_events(path, meta=meta))
-    need_steps(t, path)
+    steps_note = choose_steps(t, path, step_scope)
     found = roofline(t, ops, device_of(meta), model, path)  # before summarize adds the memory events' damage
-    evidence = summarize_trace(t, path, lanes, input_scope)
+    evidence = summarize_trace(t, path, lanes, input_scope, step_scope)
+    if steps_note == WINDOW_ONLY and WINDOW_ONLY not in evidence["notes"]:
+        evidence["window_only"] = True
+        evidence["notes"].insert(0, WINDOW_ONLY)
     evidence["roofline"] = found
     return evidence
 
@@ -448,6 +496,13 @@ def add_reading_options(p: argparse.ArgumentParser) -> None:
         help="the record_function name your loop puts around fetching a batch, read as the input "
         "stage (default: input/next_batch if the trace has it, else the DataLoader's own "
         "enumerate(DataLoader)#... annotation)",
+    )
+    p.add_argument(
+        "--step-scope",
+        default=None,
+        metavar="NAME",
+        help="the record_function name around one iteration of your loop, read as the steps (default: the "
+        "ProfilerStep#N slices; a trace without them is read as one window)",
     )
 
 
@@ -464,7 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     add_reading_options(p)
     args = p.parse_args(argv)
     try:
-        evidences = [summarize_file(t, input_scope=args.input_scope, with_roofline=args.roofline) for t in args.traces]
+        evidences = [
+            summarize_file(t, input_scope=args.input_scope, with_roofline=args.roofline, step_scope=args.step_scope)
+            for t in args.traces
+        ]
     except TraceError as e:
         print(f"steplens summarize: error: {e}", file=sys.stderr)
         return 1

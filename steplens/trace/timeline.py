@@ -23,6 +23,13 @@ LAUNCH_CALLS = {
     "cudaLaunchCooperativeKernel",
     "cudaGraphLaunch",
     "cuGraphLaunch",
+    # ROCm: torch.profiler writes the HIP runtime's names in the same categories
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipLaunchCooperativeKernel",
+    "hipGraphLaunch",
 }
 
 
@@ -39,10 +46,21 @@ WORK_CALLS = LAUNCH_CALLS | {
     "cuMemcpyDtoDAsync_v2",
     "cuMemsetD8Async",
     "cuMemsetD32Async",
+    "hipMemcpyAsync",
+    "hipMemcpyWithStream",
+    "hipMemcpy",
+    "hipMemsetAsync",
+    "hipMemset",
+    "hipMemcpy2DAsync",
 }
 
 
-GRAPH_LAUNCH_CALLS = {"cudaGraphLaunch", "cuGraphLaunch"}
+# The work calls that copy memory (their GPU record says the direction) and those that set it.
+COPY_CALLS = {n for n in WORK_CALLS if "Memcpy" in n}
+MEMSET_CALLS = {n for n in WORK_CALLS if "Memset" in n}
+
+
+GRAPH_LAUNCH_CALLS = {"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"}
 
 
 SYNC_CALLS = {
@@ -55,6 +73,27 @@ SYNC_CALLS = {
     "cuEventSynchronize",
     "cuMemcpyDtoH_v2",
     "cuMemcpyHtoD_v2",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+}
+
+
+# The CPU operators that wait for the GPU to hand a value to the host: named as a sync's origin.
+SYNC_OPS = {
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::is_nonzero",
+    "aten::nonzero",
+    "aten::equal",
+    "aten::masked_select",
+    "aten::unique",
+    "aten::_unique2",
+    "aten::tolist",
+    "aten::allclose",
+    "aten::any",
+    "aten::all",
 }
 
 
@@ -83,6 +122,9 @@ class Trace:
         self.complete = nesting.DropCount()
         self.damage = damage.Damage()
         self.memory = memory.Memory()
+        self.cpu_extent = None  # [first start, last end] of the CPU's slices: the window of a capture without steps
+        self.sync_calls = []  # (name, start, end, tid) of each call that blocks the host on the GPU (few a step)
+        self.sync_ops = []  # (name, start, end, tid) of the CPU operators that hand a GPU value to the host
 
 
 Tap = Callable[[dict[str, Any], float, float], None]  # given each complete event kept: (event, start, duration)
@@ -109,6 +151,9 @@ def extract(
         cat = ev.get("cat", "")
         if cat in CPU_SLICE_CATS:
             t.threads.add((ev.get("pid"), ev.get("tid")), s, e)
+            t.cpu_extent = [min(t.cpu_extent[0], s), max(t.cpu_extent[1], e)] if t.cpu_extent else [s, e]
+            if cat == "cpu_op" and ev.get("name") in SYNC_OPS:
+                t.sync_ops.append((ev["name"], s, e, ev.get("tid")))
             if cat == "python_function" or cat == "cpu_op":
                 continue
         name = ev.get("name", "")
@@ -140,6 +185,8 @@ def extract(
                 t.comm.add(len(t.gpu) - 1)
         elif cat in ("cuda_runtime", "cuda_driver"):
             t.runtime.append(name, s, e, args.get("correlation"))
+            if name in SYNC_CALLS:
+                t.sync_calls.append((name, s, e, ev.get("tid")))
         elif cat == "gpu_user_annotation":
             t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
     t.steps.sort()

@@ -1,0 +1,299 @@
+"""The delays on loops without the companion's scopes, on traces written out by hand: input wait, copy, launch,
+sync and GPU compute each named with its share, mixtures adding up to the step, ROCm names read as CUDA's,
+launches from a second thread followed, a trace without steps read as one window and one step marked."""
+
+import os
+
+import pytest
+
+from steplens.evidence import delays, summarize
+from steplens.scopes import KNOWN
+from steplens.trace.reader import TraceError, iter_events
+
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+class Loop:
+    """A trace built step by step: CPU slices on the main thread (tid 1), kernels on stream 7."""
+
+    def __init__(self, launch="cudaLaunchKernel", sync="cudaStreamSynchronize", copy="cudaMemcpyAsync"):
+        self.events, self.corr = [], 0
+        self.launch_name, self.sync_name, self.copy_name = launch, sync, copy
+
+    def cpu(self, name, s, e, cat="user_annotation", tid=1, **args):
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "ts": s, "dur": e - s, "pid": 1, "tid": tid, "args": args}
+        )
+
+    def step(self, n, s, e):
+        self.cpu(f"ProfilerStep#{n}", s, e)
+
+    def kernel(self, at, start, dur, tid=1, name="void gemm_kernel<float>"):
+        """A launch call at `at` (5 µs long) whose kernel runs [start, start + dur)."""
+        self.corr += 1
+        self.cpu(self.launch_name, at, at + 5, cat="cuda_runtime", tid=tid, correlation=self.corr)
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "ts": start,
+                "dur": dur,
+                "pid": 0,
+                "tid": 7,
+                "args": {"correlation": self.corr, "stream": 7},
+            }
+        )
+
+    def copy(self, s, e, gpu_s, gpu_e, nbytes, memory="Pageable"):
+        self.corr += 1
+        self.cpu(self.copy_name, s, e, cat="cuda_runtime", correlation=self.corr)
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "gpu_memcpy",
+                "name": f"Memcpy HtoD ({memory} -> Device)",
+                "ts": gpu_s,
+                "dur": gpu_e - gpu_s,
+                "pid": 0,
+                "tid": 7,
+                "args": {"correlation": self.corr, "stream": 7, "bytes": nbytes},
+            }
+        )
+
+    def sync(self, s, e, op="aten::item"):
+        if op:
+            self.cpu(op, s - 1, e + 1, cat="cpu_op")
+        self.cpu(self.sync_name, s, e, cat="cuda_runtime")
+
+    def read(self, **kw):
+        return summarize.summarize_events(list(self.events), **kw)
+
+
+def shares(ev):
+    return ev["verdict"]["delays"]
+
+
+def input_bound():
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.cpu(LOADER, t0, t0 + 700)
+        loop.kernel(t0 + 700, t0 + 710, 280)
+    return loop
+
+
+def test_an_input_bound_loop_is_named_input_wait_with_its_share():
+    ev = input_bound().read()
+    v = ev["verdict"]
+    assert v["part"] == "input" and v["stage"] == "waiting for input", v["sentence"]
+    assert shares(ev)["input"] == pytest.approx(0.7, abs=0.001)
+    assert "inside enumerate(DataLoader)" in v["sentence"] and "workers" in v["next"]
+
+
+def test_a_pageable_copy_bound_loop_is_named_copy_with_bytes_memory_and_rate():
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.copy(t0, t0 + 500, t0 + 300, t0 + 500, 10_000_000)  # the host stages 0-300, the GPU copies 300-500
+        loop.sync(t0 + 500, t0 + 520, op=None)  # PyTorch's sync after a pageable copy: the copy's, not a sync
+        loop.kernel(t0 + 600, t0 + 610, 300)
+    ev = loop.read()
+    v = ev["verdict"]
+    assert v["part"] == "copy", v["sentence"]
+    # idle 0-300 (host copying) + GPU copying alone 300-500 + the idle after the copy's sync up to 610
+    assert shares(ev)["copy"] == pytest.approx(0.61, abs=0.001)
+    assert shares(ev)["sync"] == 0.0
+    assert "1 host-to-device copies a step, 10.0 MB from pageable memory at 50.0 GB/s" in v["sentence"]
+    assert "pinned memory" in v["next"]
+
+
+def test_a_launch_bound_loop_is_named_launch_with_its_kernels_and_launch_wait():
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        for i in range(50):  # a launch every 20 µs, each kernel 2 µs long, starting 1 µs after its call returns
+            loop.kernel(t0 + 20 * i + 1, t0 + 20 * i + 7, 2)
+    ev = loop.read()
+    v = ev["verdict"]
+    assert v["part"] == "launch" and v["stage"] == "host-side launch overhead", v["sentence"]
+    # all but the first step's opening 7 µs and the last step's closing 11 µs: nothing launched before or after
+    assert shares(ev)["launch"] == pytest.approx((3000 - 300 - 7 - 11) / 3000)
+    assert shares(ev)["compute"] == pytest.approx(0.1)
+    d = ev["window"]["delay_details"]["launch"]
+    assert d["kernels_per_step"] == 50 and d["kernel_median_us"] == 2 and d["launch_to_start_median_us"] == 1
+    assert d["cpu_us_per_launch"] == 5
+    assert "CUDA graphs" in v["next"]
+
+
+def sync_bound(tid=1):
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.kernel(t0, t0 + 10, 390, tid=tid)  # the GPU runs 10-400
+        loop.sync(t0 + 20, t0 + 402)  # .item(): the host waits 382 µs for the GPU, then runs on without launching
+        loop.kernel(t0 + 990, t0 + 995, 5, tid=tid)
+    return loop
+
+
+def test_a_sync_bound_loop_is_named_sync_with_its_origin():
+    ev = sync_bound().read()
+    v = ev["verdict"]
+    assert v["part"] == "sync" and v["stage"] == "synchronizing with the CPU", v["sentence"]
+    # idle 400-995 follows the sync; it costs what the host waited in it, 382 µs a step
+    assert shares(ev)["sync"] == pytest.approx(0.382)
+    assert ev["window"]["delay_details"]["sync"]["origins"] == {"aten::item": 3}
+    assert "from aten::item x3" in v["sentence"] and ".item()" in v["next"]
+
+
+def test_a_sync_costs_no_more_than_the_host_waited_in_it():
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.kernel(t0, t0 + 10, 190)  # the GPU runs 10-200
+        loop.sync(t0 + 100, t0 + 202)  # the host waits 102 µs, then works 700 µs without launching
+        loop.kernel(t0 + 900, t0 + 910, 80)
+    s = shares(loop.read())
+    assert s["sync"] == pytest.approx(3 * 102 / 3000)  # without the sync the host would have gone on 102 µs sooner
+    assert s["launch"] >= 3 * 608 / 3000  # the rest of the idle after it: the host's own pace
+
+
+def test_a_gpu_bound_loop_is_named_gpu_compute():
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.kernel(t0, t0 + 10, 950)
+    ev = loop.read()
+    assert ev["verdict"]["part"] == "compute" and ev["verdict"]["stage"] == "GPU compute"
+    assert shares(ev)["compute"] == pytest.approx(0.95, abs=0.001)
+
+
+def test_a_long_stretch_without_launches_is_host_work_not_launch():
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 10_000
+        loop.step(n + 1, t0, t0 + 10_000)
+        loop.kernel(t0, t0 + 10, 1000)
+        loop.kernel(t0 + 9000, t0 + 9010, 900)  # 9 ms without a launch: more than LAUNCH_GAP_US
+    ev = loop.read()
+    assert ev["verdict"]["part"] == "host"
+    # 8 ms a step, and the last step's tail after its last kernel (90 µs): nothing launched after it
+    assert shares(ev)["host"] == pytest.approx((3 * 8000 + 90) / 30_000)
+    assert delays.LAUNCH_GAP_US < 9000
+
+
+def test_a_mixture_s_shares_add_up_to_the_step_and_the_largest_names_the_verdict():
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.cpu(LOADER, t0, t0 + 200)  # input 0-200
+        loop.copy(t0 + 200, t0 + 300, t0 + 290, t0 + 300, 1_000_000)  # copy 200-300
+        loop.kernel(t0 + 301, t0 + 310, 100)  # compute 310-410, launched after the copy: 300-310 is launch
+        loop.sync(t0 + 320, t0 + 411)  # sync: idle 410-700
+        for i in range(10):  # launch-bound 700-1000
+            loop.kernel(t0 + 700 + 30 * i, t0 + 706 + 30 * i, 3)
+    ev = loop.read()
+    s = shares(ev)
+    assert sum(s.values()) == pytest.approx(1.0, abs=1e-9)
+    assert s["input"] == pytest.approx(0.2, abs=0.001)
+    assert s["copy"] == pytest.approx(0.1)  # 200-300: the host's copy call (the GPU's copy inside it)
+    assert s["sync"] == pytest.approx(0.091)  # the idle from 410 on, up to the 91 µs the host waited in the sync
+    assert ev["verdict"]["part"] == max((c for c in s if c != "compute"), key=s.get)
+
+
+def test_rocm_names_are_read_like_cuda_ones():
+    cuda = sync_bound().read()
+    loop = Loop(launch="hipLaunchKernel", sync="hipStreamSynchronize", copy="hipMemcpyWithStream")
+    loop.events = [
+        dict(
+            e,
+            name={"cudaLaunchKernel": "hipLaunchKernel", "cudaStreamSynchronize": "hipStreamSynchronize"}.get(
+                e["name"], e["name"]
+            ),
+        )
+        for e in sync_bound().events
+    ]
+    rocm = loop.read()
+    assert rocm["window"]["gpu_work_launches"] == cuda["window"]["gpu_work_launches"] == 6
+    assert shares(rocm) == shares(cuda)
+
+
+def test_kernels_launched_from_a_second_thread_are_followed():
+    main = sync_bound(tid=1).read()
+    autograd = sync_bound(tid=2).read()  # the launches come from another thread of the process
+    assert shares(autograd) == shares(main) and autograd["verdict"]["part"] == "sync"
+
+
+def test_memsets_without_a_gpu_record_are_not_read_as_lost_launches():
+    loop = input_bound()
+    for n in range(3):  # cuDNN's internal memsets: a call, no GPU record
+        loop.cpu("cudaMemsetAsync", n * 1000 + 705, n * 1000 + 706, cat="cuda_runtime", correlation=900 + n)
+    ev = loop.read()
+    assert ev["verdict"]["part"] == "input" and ev["window"]["delay_details"]["memsets_without_gpu_record"] == 3
+
+
+def test_a_trace_without_steps_is_read_as_one_window_and_says_so():
+    loop = input_bound()
+    loop.events = [e for e in loop.events if not e["name"].startswith("ProfilerStep#")]
+    ev = loop.read()
+    v = ev["verdict"]
+    assert ev["window_only"] and summarize.WINDOW_ONLY in ev["notes"]
+    assert v["part"] == "input" and v["sentence"].startswith("One window without steps, so no pattern is claimed")
+
+
+def test_a_named_scope_can_be_the_step():
+    loop = input_bound()
+    loop.events = [dict(e, name="iteration") if e["name"].startswith("ProfilerStep#") else e for e in loop.events]
+    ev = loop.read(step_scope="iteration")
+    assert [s["step"] for s in ev["steps"]] == [1, 2, 3] and ev["verdict"]["part"] == "input"
+    with pytest.raises(TraceError, match="no user annotation named 'nope'"):
+        loop.read(step_scope="nope")
+
+
+def test_one_step_gets_its_reading_marked_as_one_step():
+    loop = Loop()
+    loop.step(1, 0, 1000)
+    loop.cpu(LOADER, 0, 700)
+    loop.kernel(700, 710, 280)
+    v = loop.read()["verdict"]
+    assert v["one_step"] and v["part"] == "input"
+    assert v["sentence"].startswith("One profiled step, so no pattern is claimed: ")
+
+
+def test_a_trace_without_gpu_events_says_cannot_tell_rather_than_a_delay():
+    loop = Loop()
+    for n in range(3):
+        loop.step(n + 1, n * 1000, n * 1000 + 1000)
+    v = loop.read()["verdict"]
+    assert v["stage"] is None and v["sentence"].startswith("Cannot tell") and "delays" not in v
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The smallest stored NVIDIA H200 trace of each verdict the scopes give (every stored GPU trace agrees: 72 of 72
+# on 2026-12-06; docs/DELAYS.md).
+OWN = {
+    "GPU compute": "results/h200-distortion/offline/runs/2499ffe8056546ceaafc18189664c00a/outputs/traces/"
+    "trace-cycle1-steps2-4.pt.trace.json.gz",
+    "host-side launch overhead": "results/h200-reprofile/eager/reevidence/5ad75ecce38942bb8a82409565c94b80/traces/"
+    "trace-cycle1-steps2-4.pt.trace.json.gz",
+    "waiting for input": "results/h200-reprofile/eager/reevidence/1b4a4006ba0d4b5289e90cc1d5cd54fc/traces/"
+    "trace-cycle2-steps7-9.pt.trace.json.gz",
+}
+
+
+@pytest.mark.parametrize("stage", sorted(OWN))
+def test_our_own_run_without_its_scopes_gets_the_verdict_it_gets_with_them(stage):
+    events = list(iter_events(os.path.join(ROOT, OWN[stage])))
+    labelled = summarize.summarize_events(events)
+    stripped = [e for e in events if not (isinstance(e, dict) and e.get("name") in KNOWN)]
+    bare = summarize.summarize_events(stripped)
+    assert labelled["verdict"]["stage"] == bare["verdict"]["stage"] == stage, bare["verdict"]["sentence"]
+    assert not bare["scopes_present"] and "four scopes" not in bare["verdict"]["sentence"]
+    assert sum(bare["verdict"]["delays"].values()) == pytest.approx(1.0)

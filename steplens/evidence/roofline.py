@@ -23,6 +23,7 @@ from steplens.evidence import work
 from steplens.evidence.attribution import NO_GPU, attribute
 from steplens.evidence.flops import PEAKS
 from steplens.evidence.formatting import damage_lines
+from steplens.text import say, write
 from steplens.trace import kernels
 from steplens.trace.reader import TraceError, iter_events
 from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, Tap, Trace, read
@@ -471,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         problem = str(e)
     if problem:
-        print(f"steplens roofline: error: {problem}", file=sys.stderr)
+        say(f"steplens roofline: error: {problem}", sys.stderr)
         return 2
     try:
         found = [
@@ -479,10 +480,10 @@ def main(argv: list[str] | None = None) -> int:
             for t in args.traces
         ]
     except (TraceError, ValueError) as e:
-        print(f"steplens roofline: error: {e}", file=sys.stderr)
+        say(f"steplens roofline: error: {e}", sys.stderr)
         return 1
     for r in found:
-        sys.stdout.write(json.dumps(r, sort_keys=True) + "\n" if args.json else format_roofline(r))
+        write(json.dumps(r, sort_keys=True) + "\n" if args.json else format_roofline(r))
     return 0
 
 

@@ -40,6 +40,7 @@ from steplens.evidence.diagnosis import verdict
 from steplens.evidence.formatting import format_table
 from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
 from steplens.scopes import SAVE, scope_set
+from steplens.text import say, write
 from steplens.trace import memory
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
 from steplens.trace.intervals import intersect, total, union
@@ -466,21 +467,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         evidences = [summarize_file(t, input_scope=args.input_scope, with_roofline=args.roofline) for t in args.traces]
     except TraceError as e:
-        print(f"steplens summarize: error: {e}", file=sys.stderr)
+        say(f"steplens summarize: error: {e}", sys.stderr)
         return 1
     runs = [run_verdict(t, ev) for t, ev in zip(args.traces, evidences)]
     if args.json:
         for ev, run in zip(evidences, runs):
-            print(json.dumps({**ev, "run_verdict": run} if run else ev, sort_keys=True))
+            print(json.dumps({**ev, "run_verdict": run} if run else ev, sort_keys=True))  # ASCII: every name escaped
     else:
-        sys.stdout.write(format_table(evidences))
+        write(format_table(evidences))
         for run in filter(None, runs):
-            print(
+            say(
                 f"The run's own evidence ({run['file']}) adds what profile mode measured around the capture "
                 f"(the profiler's slow-down, refilled queues): {run['sentence']}"
             )
         for ev in evidences if args.roofline else []:
-            sys.stdout.write(format_roofline(ev["roofline"], damage=False))
+            write(format_roofline(ev["roofline"], damage=False))
     return 0
 
 

@@ -411,6 +411,10 @@ def load_builder(spec: str) -> Any:
     module, _, function = spec.partition(":")
     if not module or not function:
         raise ValueError(f"--model {spec!r}: expected MODULE:FUNCTION, e.g. train:build_model")
+    try:
+        import torch  # noqa: F401  the model's layers are counted on torch's meta device
+    except ImportError as e:
+        raise ValueError(f"--model needs torch, which is not installed here: pip install torch ({e})") from e
     sys.path.insert(0, os.getcwd())
     try:
         builder = getattr(importlib.import_module(module), function, None)

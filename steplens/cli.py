@@ -50,5 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if hasattr(signal, "SIGPIPE"):  # `steplens summarize --json T | head` ends quietly, as other commands do
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return module.main(argv[1:])
+    try:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+        return module.main(argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT, no traceback
+        print(f"steplens {argv[0]}: interrupted", file=sys.stderr)
+        return 130

@@ -128,3 +128,85 @@ def dropped_gpu_records(share):
         return _doc(doc, [ev for i, ev in enumerate(doc["traceEvents"]) if i not in drop])
 
     return damage
+
+
+def _steps(doc):
+    return sorted((ev for ev in doc["traceEvents"] if str(ev.get("name", "")).startswith(STEP)), key=lambda e: e["ts"])
+
+
+def tail_lost(share):
+    """The last share of the events gone, the rest still valid JSON (an export cut short, then repaired)."""
+    return lambda doc: _doc(doc, doc["traceEvents"][: int(len(doc["traceEvents"]) * (1 - share))])
+
+
+def zero_length_step(doc):
+    """The second step's slice with no length."""
+    return _edit(doc, named(_steps(doc)[1]["name"]), lambda ev: ev.update(dur=0))
+
+
+def step_name_with(text):
+    """The second step's name with text in it: "ProfilerStep#\\x003"."""
+    return lambda doc: _edit(doc, named(_steps(doc)[1]["name"]), lambda ev: ev.update(name=STEP + text))
+
+
+def kernel_lasting(dur):
+    return lambda doc: _edit(doc, cat("kernel"), lambda ev: ev.update(dur=dur), 1)
+
+
+def kernels_named(prefix):
+    """Every kernel's name with prefix in front (control characters, a lone surrogate)."""
+    return lambda doc: _edit(doc, cat("kernel"), lambda ev: ev.update(name=prefix + ev["name"]))
+
+
+def capture_ends_mid_step(doc):
+    """The profiler's capture span ending halfway through the last step."""
+    last = _steps(doc)[-1]
+    return _edit(doc, cat("Trace"), lambda ev: ev.update(dur=last["ts"] + last["dur"] / 2 - ev["ts"]))
+
+
+def launches_lost_in_step(index, keep=0.3):
+    """Of one step's launch calls, all but the first share gone, with their GPU work."""
+
+    def damage(doc):
+        s = _steps(doc)[index]
+        a, b = s["ts"], s["ts"] + s["dur"]
+        calls = [
+            ev for ev in doc["traceEvents"] if ev.get("cat") in ("cuda_runtime", "cuda_driver") and a <= ev["ts"] < b
+        ]
+        lost = calls[int(len(calls) * keep) :]
+        ids = {ev["args"].get("correlation") for ev in lost}
+        gone = {id(ev) for ev in lost}
+        return _doc(
+            doc,
+            [
+                ev
+                for ev in doc["traceEvents"]
+                if id(ev) not in gone
+                and not (
+                    ev.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and ev["args"].get("correlation") in ids
+                )
+            ],
+        )
+
+    return damage
+
+
+def launches_lost_from_middle_of_last_step(doc):
+    """Every launch call from the middle of the last step on (the profiler's closing synchronize too), with its GPU
+    work: a capture whose end lost its launches."""
+    last = _steps(doc)[-1]
+    middle = last["ts"] + last["dur"] / 2
+    lost = {
+        ev["args"].get("correlation")
+        for ev in doc["traceEvents"]
+        if ev.get("cat") in ("cuda_runtime", "cuda_driver") and ev["ts"] >= middle
+    }
+    runtime_or_gpu = ("cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset")
+    return _doc(
+        doc,
+        [
+            ev
+            for ev in doc["traceEvents"]
+            if not (ev.get("cat") in runtime_or_gpu and (ev.get("args") or {}).get("correlation") in lost)
+        ],
+    )

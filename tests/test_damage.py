@@ -42,7 +42,7 @@ CPU_CASES = {
     "operators without ts": (D.no_ts(D.cat("cpu_op"), 40), "same", "missing_field"),
     "timestamps as lists": (D.ts_as_list(D.cat("cpu_op"), 3), "same", "non_numeric"),
     "args as a list": (D.args_as_list(D.cat("python_function"), 10), "same", "wrong_type"),
-    "a step number on two slices": (D.repeated_step, "withheld", "repeated_step"),
+    "a step number on two slices": (D.repeated_step, "withheld", ["repeated_step", "step_past_capture"]),
     "overlapping steps": (D.overlapping_steps, "withheld", "overlapping_steps"),
 }
 
@@ -51,6 +51,24 @@ GPU_CASES = {
     "kernels without ts": (D.no_ts(D.cat("kernel"), 5), "withheld", "missing_field"),
     "launches without a name": (D.nameless(D.cat("cuda_runtime"), 5), "withheld", "missing_field"),
     "copies with NaN durations": (D.nan_ts(D.cat("gpu_memcpy"), 1), "withheld", "non_finite"),
+    "the last 40% of the events lost": (D.tail_lost(0.4), "withheld", "capture_missing"),
+    "a step of zero length": (D.zero_length_step, "withheld", "empty_step"),
+    "a NUL in a step's name": (D.step_name_with("\x003"), "withheld", "unreadable_step"),
+    "an escape sequence in a step's name": (D.step_name_with("\x1b[2J3"), "withheld", "unreadable_step"),
+    "a kernel 10^12 us long": (D.kernel_lasting(1e12), "withheld", "gpu_outside_capture"),
+    "control characters in kernel names": (D.kernels_named("\x07\x1b[2J"), "kept", "unprintable_name"),
+    "a lone surrogate in kernel names": (D.kernels_named("\udc80"), "kept", "unprintable_name"),
+    "a capture that ends mid-step": (
+        D.capture_ends_mid_step,
+        "withheld",
+        ["step_past_capture", "gpu_outside_capture"],
+    ),
+    "launches lost from the middle of the last step": (
+        D.launches_lost_from_middle_of_last_step,
+        "withheld",
+        ["capture_cut", "thin_step"],
+    ),
+    "a step that lost most of its launches": (D.launches_lost_in_step(1, 0.3), "withheld", "thin_step"),
 }
 
 FILES = {  # what cannot be read at all: one line, exit 1
@@ -59,7 +77,6 @@ FILES = {  # what cannot be read at all: one line, exit 1
     "cut short": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": "X", "na',
     "traceEvents not a list": b'{"traceEvents": {"ph": "X"}}',
     "nested too deep": b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
-    "no steps": b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}]}',
     "a number too large": b'{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": 1e999, "dur": 1}]}',
 }
 
@@ -110,12 +127,18 @@ def check(case, doc, base, tmp_path, capsys):
     if outcome == "same":
         assert ev["damage_withheld"] is None
         assert strip(ev) == strip(base)
+    elif outcome == "kept":  # the damage cannot move the verdict: the undamaged trace's, said with the damage
+        assert ev["damage_withheld"] is None and ev["verdict"] == base["verdict"]
     else:
         assert ev["verdict"]["stage"] is None and ev["verdict"]["sentence"].startswith("Withheld: the trace is damaged")
         assert ev["damage"][0]["what"] in ev["verdict"]["sentence"]
         assert base["verdict"]["stage"] is not None, "the undamaged trace has a verdict to withhold"
     code, text, err = run_cli(summarize.main, [path], capsys)
     assert code == 0 and f"damaged: {ev['damage'][0]['count']} {ev['damage'][0]['what']}" in text
+    lines = text.splitlines()
+    first_figure = next(i for i, line in enumerate(lines) if line.startswith("figure"))
+    assert any("damaged: " in line for line in lines[:first_figure]), "the damage is named before the figures"
+    assert all(line.isprintable() for line in lines), "every name is printed escaped"
 
 
 @pytest.mark.parametrize("name", sorted(CPU_CASES))
@@ -135,6 +158,13 @@ def test_unreadable_files_are_one_line_and_exit_1(name, tmp_path, capsys):
     for main in (summarize.main, picture.main):
         code, out, err = run_cli(main, [str(path)], capsys)
         assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, (main, err)
+
+
+def test_a_trace_without_steps_is_read_as_one_window_not_refused(tmp_path, capsys):
+    path = tmp_path / "window.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}]}')
+    code, out, err = run_cli(summarize.main, [str(path)], capsys)
+    assert code == 0 and not err and "no ProfilerStep#N slices" in out and "read as one window" in out
 
 
 def test_a_gzip_cut_short_is_one_line(tmp_path, capsys):
@@ -272,3 +302,31 @@ def test_compare_reads_a_damaged_run_json_and_names_it(damage, said, tmp_path):
     assert "read 2 of the 2 offline runs" in proc.stderr, proc.stderr
     if said:
         assert sum(said in line for line in proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_a_second_gzip_member_or_appended_text_is_refused_in_one_line(tmp_path, capsys):
+    """gzip reads every member on: what follows the JSON document is refused, never ignored."""
+    doc = b'{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 1, "dur": 2}]}'
+    cases = {
+        "two.pt.trace.json.gz": gzip.compress(doc) + gzip.compress(doc),
+        "appended.json": doc + b"\n{}",
+        "array.json": b"[]" + b" x",
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        code, out, err = run_cli(summarize.main, [str(path)], capsys)
+        assert code == 1 and err.count("\n") == 1 and "more after the trace's JSON document" in err, (name, err)
+    path = tmp_path / "padded.json"
+    path.write_bytes(doc + b"\n \n")
+    assert run_cli(summarize.main, [str(path), "--json"], capsys)[0] == 0, "blanks after the document are no data"
+
+
+def test_zero_length_steps_only_are_one_line_naming_them(tmp_path, capsys):
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 10.0 * n, "dur": 0} for n in (1, 2)
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    code, out, err = run_cli(summarize.main, [str(path)], capsys)
+    assert code == 1 and err.count("\n") == 1 and "2 ProfilerStep slices of zero length" in err, err

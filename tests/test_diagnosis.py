@@ -252,7 +252,9 @@ def test_the_input_source_is_named_and_a_missing_one_said():
 
 def test_steps_count_one_per_part_without_a_count():
     one = {k: v for k, v in part().items() if k != "steps"}
-    assert diagnosis.verdict(gpu_trace(), parts=[one])["sentence"].startswith("Too short to tell: 1 profiled step;")
+    v = diagnosis.verdict(gpu_trace(), parts=[one])
+    assert v["stage"] == "waiting for input" and v["one_step"], "one step: read, and marked as one"
+    assert v["sentence"].startswith("One profiled step, so no pattern is claimed: ")
     assert diagnosis.verdict(gpu_trace(), parts=[one, dict(one)])["stage"] == "waiting for input"
     assert diagnosis.verdict(gpu_trace(part(steps=2)))["stage"] == "waiting for input"
     assert diagnosis.verdict([gpu_trace(), gpu_trace()])["share"] == pytest.approx(0.4), "two traces pooled"
@@ -356,15 +358,14 @@ def test_a_zero_pace_gives_no_idle_share_and_reasons_are_joined_once_each():
 
 
 def test_a_verdict_that_cannot_be_given_has_every_key_null():
-    v = diagnosis.verdict(gpu_trace(part(steps=1)))
+    v = diagnosis.verdict(gpu_trace(part(steps=0)))
     assert v == {
         "stage": None,
         "part": None,
         "share": None,
         "runner_up": None,
         "next": None,
-        "sentence": "Too short to tell: 1 profiled step; a verdict needs two or more, so that one slow step is not "
-        "read as the pattern.",
+        "sentence": "Too short to tell: no profiled step.",
     }
     v = diagnosis.verdict(gpu_trace(), parts=[part(gpu_idle_us=None, gpu_null_reason="a"), part(gpu_idle_us=None)])
     assert v["sentence"] == "Cannot tell which stage holds the step: a; None." and v["next"] is None

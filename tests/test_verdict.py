@@ -101,11 +101,11 @@ def figures(scopes=SCOPES, **over):
 
 
 def test_a_verdict_is_never_given_where_its_figure_is_null():
-    """No GPU idle figure (the reason given), one step, or a trace without the scopes: no stage named."""
+    """No GPU idle figure (the reason given), no step, or a trace without the scopes or delays: no stage named."""
     v = diagnosis.verdict(figures(gpu_idle_us=None, gpu_null_reason="no GPU work was launched inside the window"))
     assert v["stage"] is None and v["share"] is None
     assert v["sentence"].startswith("Cannot tell") and "no GPU work was launched" in v["sentence"]
-    v = diagnosis.verdict(figures(steps=1))
+    v = diagnosis.verdict(figures(steps=0))
     assert v["stage"] is None and v["sentence"].startswith("Too short")
     ev = figures(scopes=(), input_gap_us=None, host_wait_us=200.0)
     ev["input_source"] = {"name": None, "kind": None, "null_reason": attribution.NO_INPUT}

@@ -184,7 +184,7 @@ def mean_per_step(window: dict[str, Any], steps: list[dict[str, Any]] | None = N
 def _value(getter, fig):
     try:
         return getter(fig)
-    except (TypeError, KeyError):
+    except (TypeError, KeyError, ZeroDivisionError):  # a share of nothing is n/a
         return None
 
 
@@ -365,8 +365,6 @@ def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
             else f"no input figures: {src['null_reason']}"
         )
     )
-    for d in ev.get("damage", []):
-        parts.append(f"{ev['trace']}: damaged: {d['count']} {d['what']} ({d['action']}; e.g. {d['example']})")
     absent = [n for n in ev.get("scope_set") or SCOPES if n not in ev["scopes_present"]]
     if absent:
         parts.append(f"{ev['trace']}: not in the trace, so n/a: {', '.join(absent)}")
@@ -384,6 +382,7 @@ def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
     )
     if not ev["has_gpu"]:
         parts.append(f"{ev['trace']}: {NO_GPU}")
+        parts += [f"{ev['trace']}: {note}" for note in ev["notes"]]
         return parts
     parts.append(
         f"{ev['trace']}: "
@@ -451,6 +450,7 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
         parts.append(f"verdict: {ev['verdict']['sentence']}")
         parts += delay_lines(ev)
         parts.append(f"trace: {ev['trace']}")
+        parts += [f"{ev['trace']}: {line}" for line in damage_lines(ev)]  # before every figure it may touch
     else:
         header = ["figure (mean/step)"] + [chr(ord("A") + i) for i in range(len(evidences))]
         if len(evidences) == 2:
@@ -463,10 +463,9 @@ def format_table(evidences: list[dict[str, Any]]) -> str:
                 a, b = vals
                 row.append("n/a" if a in (None, 0) or b is None else f"{b / a:.2f}")
             rows.append(row)
-        parts += [
-            f"{chr(ord('A') + i)}: {ev['trace']}\n   verdict: {ev['verdict']['sentence']}"
-            for i, ev in enumerate(evidences)
-        ]
+        for i, ev in enumerate(evidences):
+            parts.append(f"{chr(ord('A') + i)}: {ev['trace']}\n   verdict: {ev['verdict']['sentence']}")
+            parts += [f"   {line}" for line in damage_lines(ev)]  # before every figure it may touch
     parts.append(_table(header, rows))
     if len(evidences) == 1:
         parts.append(share_line(evidences[0]))

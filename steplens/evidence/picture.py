@@ -33,6 +33,7 @@ from steplens.scopes import (
     TO_DEVICE,
     scope_set,
 )
+from steplens.text import safe_text, say
 from steplens.trace import reader
 
 # One colour per legend entry, from the Okabe-Ito palette (told apart with the common colour-vision deficiencies),
@@ -183,10 +184,10 @@ def figure(
     rows = [(label, row) for label, group in groups for row in group]
     scale = memory_scale([row for _, row in rows])
     h = 2.6 if scale else 2.0  # a step's height: its CPU and GPU lanes, and its memory lane
-    wrapped = "\n".join(textwrap.wrap(said, 130))
+    wrapped = "\n".join(textwrap.wrap(safe_text(said), 130))  # a name in it is drawn escaped, as printed
     if not scale:
         wrapped += "\n" + no_lane_line(memory_note, short=True)
-    heading = f"{title}\n{wrapped}"
+    heading = f"{safe_text(title)}\n{wrapped}"
     xlabel = axis_label(gpu_slots, scale)
     handles = legend([r for _, r in rows], has_gpu, bool(scale), Patch)
     extra = 0.19 * (heading.count("\n") + 1) + 0.17 * (xlabel.count("\n") + 1) + 0.22 * -(-len(handles) // 4)
@@ -298,20 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.trace.rsplit(".pt.trace.", 1)[0].rsplit(".json", 1)[0] + ".steps.png"
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):  # before reading the trace: a bad place costs a line, not the reading
-        print(f"steplens picture: error: {folder} is not a folder: create it, or pass --out elsewhere", file=sys.stderr)
+        say(f"steplens picture: error: {folder} is not a folder: create it, or pass --out elsewhere", sys.stderr)
         return 2
     try:
         evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
         for line in damage_lines(evidence):
-            print(f"steplens picture: warning: {line}", file=sys.stderr)
+            say(f"steplens picture: warning: {line}", sys.stderr)
         label = nearby_label(args.trace)
         draw(evidence, out, f"{label}: {os.path.basename(args.trace)}" if label else os.path.basename(args.trace))
         if evidence["memory_lane"]["device"] is None:
-            print(f"steplens picture: {no_lane_line(evidence['memory_lane']['null_reason'])}", file=sys.stderr)
+            say(f"steplens picture: {no_lane_line(evidence['memory_lane']['null_reason'])}", sys.stderr)
     except (reader.TraceError, NoPicture) as e:
-        print(f"steplens picture: error: {e}", file=sys.stderr)
+        say(f"steplens picture: error: {e}", sys.stderr)
         return 1
-    print(out)
+    say(out)
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from steplens.evidence import attribution, picture, summarize
 from steplens.scopes import NEXT_BATCH, SCOPES
 from steplens.stats import ALPHA, sign_test_p, steps_needed
+from steplens.text import say, write
 from steplens.trace import intervals, reader
 from steplens.trace.intervals import minus
 
@@ -266,6 +267,8 @@ def _read_rank(paths, rank, input_scope, lanes):
         evidence = summarize.summarize_file(path, lanes=lanes, input_scope=input_scope)
         if evidence.get("damage_withheld"):
             raise DamagedRank(f"{path}: {evidence['damage_withheld']}")
+        if evidence.get("window_only"):  # ranks are compared step by step: a trace without steps cannot be
+            raise reader.TraceError(f"{path}: no ProfilerStep#N slices: ranks are compared step by step")
         t = timelines(reader.iter_events(path))
         sources.add(t["source"])
         runs_ahead = bool(evidence.get("cpu_runs_ahead"))
@@ -650,14 +653,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"steplens ranks: read {k} of {len(found['by_rank'])} ranks", file=sys.stderr)
         result = across(per_rank, found["left_out"])
     except RanksError as e:
-        print(f"steplens ranks: error: {e}", file=sys.stderr)
+        say(f"steplens ranks: error: {e}", sys.stderr)
         return 1
     for what, why in result["ranks_left_out"].items():
-        print(f"steplens ranks: {what} left out of the verdict: {why}", file=sys.stderr)
+        say(f"steplens ranks: {what} left out of the verdict: {why}", sys.stderr)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
-        sys.stdout.write(format_text(result))
+        write(format_text(result))
     return 0
 
 

@@ -23,6 +23,7 @@ from steplens.evidence import work
 from steplens.evidence.attribution import NO_GPU, attribute
 from steplens.evidence.flops import PEAKS
 from steplens.evidence.formatting import damage_lines
+from steplens.text import say, write
 from steplens.trace import kernels
 from steplens.trace.reader import TraceError, iter_events
 from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, Tap, Trace, read
@@ -410,6 +411,10 @@ def load_builder(spec: str) -> Any:
     module, _, function = spec.partition(":")
     if not module or not function:
         raise ValueError(f"--model {spec!r}: expected MODULE:FUNCTION, e.g. train:build_model")
+    try:
+        import torch  # noqa: F401  the model's layers are counted on torch's meta device
+    except ImportError as e:
+        raise ValueError(f"--model needs torch, which is not installed here: pip install torch ({e})") from e
     sys.path.insert(0, os.getcwd())
     try:
         builder = getattr(importlib.import_module(module), function, None)
@@ -471,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         problem = str(e)
     if problem:
-        print(f"steplens roofline: error: {problem}", file=sys.stderr)
+        say(f"steplens roofline: error: {problem}", sys.stderr)
         return 2
     try:
         found = [
@@ -479,10 +484,10 @@ def main(argv: list[str] | None = None) -> int:
             for t in args.traces
         ]
     except (TraceError, ValueError) as e:
-        print(f"steplens roofline: error: {e}", file=sys.stderr)
+        say(f"steplens roofline: error: {e}", sys.stderr)
         return 1
     for r in found:
-        sys.stdout.write(json.dumps(r, sort_keys=True) + "\n" if args.json else format_roofline(r))
+        write(json.dumps(r, sort_keys=True) + "\n" if args.json else format_roofline(r))
     return 0
 
 

@@ -41,6 +41,7 @@ from steplens.evidence.diagnosis import verdict
 from steplens.evidence.formatting import format_table
 from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
 from steplens.scopes import SAVE, scope_set
+from steplens.text import say, write
 from steplens.trace import memory
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
 from steplens.trace.intervals import intersect, total, union
@@ -401,10 +402,10 @@ def choose_steps(t: Trace, name: str, step_scope: str | None) -> str | None:
             raise TraceError(f"{name}: no user annotation named {step_scope!r} (--step-scope) in the trace")
         t.steps = [(i + 1, s, e) for i, (s, e) in enumerate(slices)]
         return f"each slice of {step_scope!r} (--step-scope) is read as one step: {len(slices)} in the trace"
-    if t.steps or t.damage or t.cpu_extent is None:
+    if t.steps or t.damage or t.cpu_span is None:
         need_steps(t, name)
         return None
-    t.steps = [(0, *t.cpu_extent)]
+    t.steps = [(0, *t.cpu_span)]
     return WINDOW_ONLY
 
 
@@ -524,21 +525,21 @@ def main(argv: list[str] | None = None) -> int:
             for t in args.traces
         ]
     except TraceError as e:
-        print(f"steplens summarize: error: {e}", file=sys.stderr)
+        say(f"steplens summarize: error: {e}", sys.stderr)
         return 1
     runs = [run_verdict(t, ev) for t, ev in zip(args.traces, evidences)]
     if args.json:
         for ev, run in zip(evidences, runs):
-            print(json.dumps({**ev, "run_verdict": run} if run else ev, sort_keys=True))
+            print(json.dumps({**ev, "run_verdict": run} if run else ev, sort_keys=True))  # ASCII: every name escaped
     else:
-        sys.stdout.write(format_table(evidences))
+        write(format_table(evidences))
         for run in filter(None, runs):
-            print(
+            say(
                 f"The run's own evidence ({run['file']}) adds what profile mode measured around the capture "
                 f"(the profiler's slow-down, refilled queues): {run['sentence']}"
             )
         for ev in evidences if args.roofline else []:
-            sys.stdout.write(format_roofline(ev["roofline"], damage=False))
+            write(format_roofline(ev["roofline"], damage=False))
     return 0
 
 

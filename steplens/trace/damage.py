@@ -32,6 +32,38 @@ KINDS = {
     "unreadable_memory": ("[memory] events without a finite time or numeric totals", "skipped"),
     "repeated_step": ("ProfilerStep#N numbers carried by more than one slice", "kept"),
     "overlapping_steps": ("ProfilerStep slices that overlap the next step", "kept"),
+    "unreadable_step": (
+        "ProfilerStep slices whose name is not ProfilerStep#N (a control character, no number)",
+        "left out",
+    ),
+    "empty_step": ("ProfilerStep slices of zero length", "left out"),
+    "unprintable_name": (
+        "complete events whose name holds a control character or a lone surrogate",
+        "kept, printed escaped; a kernel's name only labels its class",
+    ),
+    "step_past_capture": ("ProfilerStep slices that reach past the profiler's capture (it ended mid-step)", "kept"),
+    "gpu_outside_capture": ("GPU events outside the profiler's capture, or longer than it", "kept"),
+    "capture_cut": ("captures whose launch calls stop before their last step ends (their end lost its events)", "kept"),
+    "thin_step": (
+        "ProfilerStep slices with under half the launch calls of their busiest sibling (events lost)",
+        "kept",
+    ),
+    "capture_missing": (
+        "profiler exports without the profiler's capture span, among the last events it writes (the end is lost)",
+        "read as they are",
+    ),
+}
+
+# What the verdict would have needed, for the kinds that withhold it (damage_withheld says it).
+NEEDS = {
+    "unreadable_step": "every step of the capture",
+    "empty_step": "every step's length",
+    "unprintable_name": "the names of the steps, the scopes and the launches",
+    "step_past_capture": "whole steps",
+    "gpu_outside_capture": "the GPU's busy time, which such an event fills",
+    "capture_cut": "every step's launches and GPU work",
+    "thin_step": "every step's launches and GPU work",
+    "capture_missing": "every event of the capture, and an export cut short loses the last ones",
 }
 
 
@@ -91,7 +123,11 @@ class Damage:
         events change nothing; any other damage to a step, a scope, a launch or a GPU event does.
         """
         harmless = {"duplicate", "string_number", "non_object", "duplicate_memory", "unreadable_memory"}
-        hits = [f"{self.touching[k]} {KINDS[k][0]}" for k in KINDS if k not in harmless and self.touching.get(k)]
+        hits = [
+            f"{self.touching[k]} {KINDS[k][0]}" + (f": the verdict needs {NEEDS[k]}" if k in NEEDS else "")
+            for k in KINDS
+            if k not in harmless and self.touching.get(k)
+        ]
         return "; ".join(hits) or None
 
 
@@ -132,9 +168,29 @@ def check_complete(ev: dict[str, Any], damage: Damage) -> tuple[float, float] | 
     if dur < 0:
         damage.add("negative_duration", ev, touches)
         return None
+    name = ev["name"]
+    if not name.isprintable() and not name.startswith(STEP_PREFIX):  # a step's name: timeline.step_number
+        damage.add("unprintable_name", ev, name_touches(ev.get("cat"), name))
     if "string_number" in (ts_kind, dur_kind):
         damage.add("string_number", ev, touches)
     return ts, dur
+
+
+STEP_PREFIX = "ProfilerStep"
+NAME_CATS = frozenset(("user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver"))
+GPU_NAME_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
+NAME_WORDS = ("nccl", "htod")  # what a GPU event's name decides: communication (NCCL), a host-to-device copy
+
+
+def name_touches(cat: Any, name: str) -> bool:
+    """Whether an unprintable name changes a figure: a step's, a scope's or a launch's name is read by name; a GPU
+    event's only labels its class, unless the damage splits a word that decides what it is (NCCL, HtoD)."""
+    if cat in NAME_CATS:
+        return True
+    if cat in GPU_NAME_CATS:
+        clean = "".join(ch for ch in name if ch.isprintable()).lower()
+        return any((w in clean) != (w in name.lower()) for w in NAME_WORDS)
+    return False
 
 
 def fingerprint(ev: dict[str, Any], ts: float, dur: float) -> int:

@@ -49,6 +49,16 @@ class _Stream:
             raise ValueError(f"expected {expected!r} at a JSON position, found {c or 'the end of the file'!r}")
         self.pos += 1
 
+    def end(self):
+        """Nothing but blanks after the document: text after it (a second gzip member, which gzip reads on, or
+        anything appended) is neither read nor ignored, but refused."""
+        c = self.char()
+        if c:
+            raise ValueError(
+                f"more after the trace's JSON document, from {self.buf[self.pos : self.pos + 40]!r} (a second "
+                "gzip member, or data appended to the file): none of it is read"
+            )
+
     def value(self):
         """The next JSON value. A value that ends exactly at the buffer's end may be cut (a number): read on."""
         self.char()
@@ -98,6 +108,7 @@ def iter_events(path: str, chunk: int = 1 << 20, meta: dict[str, Any] | None = N
             first = stream.char()
             if first == "[":
                 yield from stream.array()
+                stream.end()
                 return
             if first != "{":
                 raise ValueError(f"a Chrome trace starts with '{{' or '[', this file with {first or 'nothing'!r}")
@@ -115,6 +126,8 @@ def iter_events(path: str, chunk: int = 1 << 20, meta: dict[str, Any] | None = N
                     stream.value()  # metadata (baseTimeNanoseconds, ...): not needed
                 if stream.char() == ",":
                     stream.pos += 1
+            stream.take("}")
+            stream.end()
             if not found:
                 raise TraceError(f"{path}: no traceEvents list: not a PyTorch profiler trace")
     except (OSError, EOFError, ValueError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError: a ValueError

@@ -1,5 +1,6 @@
 """A trace's timeline: the steps, scopes, GPU events and launch calls that the evidence is made of."""
 
+import bisect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -10,6 +11,7 @@ from steplens.trace import columns, damage, memory, nesting, spill
 from steplens.trace.intervals import total, union
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+CAPTURE_CAT = "Trace"  # the profiler's span of its capture, "PyTorch Profiler (0)"
 
 
 CPU_SLICE_CATS = ("user_annotation", "cpu_op", "python_function", "cuda_runtime", "cuda_driver")
@@ -122,9 +124,11 @@ class Trace:
         self.complete = nesting.DropCount()
         self.damage = damage.Damage()
         self.memory = memory.Memory()
-        self.cpu_extent = None  # [first start, last end] of the CPU's slices: the window of a capture without steps
         self.sync_calls = []  # (name, start, end, tid) of each call that blocks the host on the GPU (few a step)
         self.sync_ops = []  # (name, start, end, tid) of the CPU operators that hand a GPU value to the host
+        self.captures = []  # the profiler's own span of each capture ("PyTorch Profiler (0)", cat Trace)
+        self.cpu_span = None  # (first start, last end) of the CPU slices: also the window of a capture without steps
+        self.exported = False  # the steps carry the profiler's own numbering: its export, which ends with its span
 
 
 Tap = Callable[[dict[str, Any], float, float], None]  # given each complete event kept: (event, start, duration)
@@ -151,7 +155,7 @@ def extract(
         cat = ev.get("cat", "")
         if cat in CPU_SLICE_CATS:
             t.threads.add((ev.get("pid"), ev.get("tid")), s, e)
-            t.cpu_extent = [min(t.cpu_extent[0], s), max(t.cpu_extent[1], e)] if t.cpu_extent else [s, e]
+            t.cpu_span = (min(t.cpu_span[0], s), max(t.cpu_span[1], e)) if t.cpu_span else (s, e)
             if cat == "cpu_op" and ev.get("name") in SYNC_OPS:
                 t.sync_ops.append((ev["name"], s, e, ev.get("tid")))
             if cat == "python_function" or cat == "cpu_op":
@@ -159,11 +163,15 @@ def extract(
         name = ev.get("name", "")
         args = ev.get("args") or {}
         if cat == "user_annotation":
-            if name.startswith("ProfilerStep#"):
-                try:
-                    t.steps.append((int(name.split("#", 1)[1]), s, e))
-                except ValueError:
-                    pass
+            if name.startswith(damage.STEP_PREFIX):
+                num = step_number(name)
+                if num is None:
+                    t.damage.add("unreadable_step", ev, True)
+                elif e <= s:
+                    t.damage.add("empty_step", ev, True)
+                else:
+                    t.steps.append((num, s, e))
+                    t.exported = t.exported or PROFILER_ARG in args
             elif name in scopes:
                 t.scopes[name].append([s, e])
                 if args.get("External id") is not None:
@@ -189,9 +197,20 @@ def extract(
                 t.sync_calls.append((name, s, e, ev.get("tid")))
         elif cat == "gpu_user_annotation":
             t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
+        elif cat == CAPTURE_CAT:
+            t.captures.append((s, e))
     t.steps.sort()
     step_damage(t)
+    coverage_damage(t)
     return t
+
+
+def step_number(name: str) -> int | None:
+    """N of a step's name, exactly ProfilerStep#N with N in ASCII digits (as the profiler writes it), else None."""
+    num = name[len(damage.STEP_PREFIX) + 1 :]
+    if not name.startswith(damage.STEP_PREFIX + "#") or not (num.isascii() and num.isdigit()):
+        return None
+    return int(num)
 
 
 def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None = None) -> Trace:
@@ -216,6 +235,55 @@ def step_damage(t: Trace) -> None:
     for (s0, e0, n0), (s1, _, n1) in zip(by_start, by_start[1:]):
         if e0 > s1 + STEP_SLACK_US and n0 != n1:
             t.damage.add("overlapping_steps", {"name": f"ProfilerStep#{n0}", "ts": s0, "dur": e0 - s0}, True)
+
+
+def coverage_damage(t: Trace) -> None:
+    """What a sound capture holds, checked: steps and GPU events inside the capture, launch calls up to its end,
+    and steps whose launch calls number alike (docs/EVIDENCE.md#damaged-traces)."""
+    spans = sorted(t.captures)
+    if t.exported and t.steps and not spans:
+        num, s, e = max(t.steps, key=lambda step: step[2])
+        t.damage.add("capture_missing", {"name": f"ProfilerStep#{num}", "ts": s, "dur": e - s}, True)
+    inside = lambda s, e: any(a - STEP_SLACK_US <= s and e <= b + STEP_SLACK_US for a, b in spans)
+    for num, s, e in t.steps if spans else ():
+        if not inside(s, e):
+            t.damage.add("step_past_capture", {"name": f"ProfilerStep#{num}", "ts": s, "dur": e - s}, True)
+    # a GPU event outside every capture (Kineto drops those), or, without the profiler's span, longer than the CPU's
+    cpu_len = (t.cpu_span[1] - t.cpu_span[0]) if t.cpu_span else 0.0
+    for i, (s, e) in enumerate(zip(t.gpu.start, t.gpu.end)):
+        if (spans and not inside(s, e)) or (not spans and t.cpu_span and e - s > cpu_len):
+            ev = {"name": t.gpu.name(i), "ts": s, "dur": e - s, "cat": t.gpu[i][0]}
+            t.damage.add("gpu_outside_capture", ev, True)
+    if not t.steps or not len(t.runtime):
+        return
+    # the launch calls of a sound capture run to its last step's end (the profiler's stop synchronizes after it)
+    walls = sorted(e - s for _, s, e in t.steps)
+    wall = walls[len(walls) // 2]
+    last_call = max(t.runtime.end)
+    num, s, e = max(t.steps, key=lambda step: step[2])
+    # (torch.profiler's own export only: a loop traced another way need not end on a call)
+    if t.exported and e - last_call > CUT_SHARE * wall:
+        ev = {"name": f"ProfilerStep#{num}", "ts": s, "dur": e - s, "last_launch_call_end": last_call}
+        t.damage.add("capture_cut", ev, True)
+    # steps of one capture run the same code: their launch calls number alike
+    steps = sorted(t.steps, key=lambda step: step[1])
+    starts = [s for _, s, _ in steps]
+    calls = [0] * len(steps)
+    for s in t.runtime.start:
+        k = bisect.bisect_right(starts, s) - 1
+        if k >= 0 and s < steps[k][2]:
+            calls[k] += 1
+    for k, (num, s, e) in enumerate(steps):
+        most = max(calls[:k] + calls[k + 1 :], default=0)
+        if most >= THIN_MIN_CALLS and calls[k] < THIN_SHARE * most:
+            ev = {"name": f"ProfilerStep#{num}", "ts": s, "dur": e - s, "launch_calls": calls[k], "sibling": most}
+            t.damage.add("thin_step", ev, True)
+
+
+PROFILER_ARG = "Ev Idx"  # torch.profiler's number of each CPU event, on every step it exports
+CUT_SHARE = 0.25  # launch calls that stop this share of a median step before the last step ends: the end was lost
+THIN_SHARE = 0.5  # a step with under this share of its busiest sibling's launch calls lost some
+THIN_MIN_CALLS = 20  # ...where that sibling has this many: a few calls more or less are no pattern
 
 
 STEP_SLACK_US = 1e-3  # exported timestamps are rounded to ns: a step may end a hair after the next one starts

@@ -133,7 +133,10 @@ def check(case, doc, base, tmp_path, capsys):
         assert ev["verdict"]["stage"] is None and ev["verdict"]["sentence"].startswith("Withheld: the trace is damaged")
         assert ev["damage"][0]["what"] in ev["verdict"]["sentence"]
         assert base["verdict"]["stage"] is not None, "the undamaged trace has a verdict to withhold"
-    code, text, err = run_cli(summarize.main, [path], capsys)
+    code, brief, err = run_cli(summarize.main, [path], capsys)
+    assert code == 0 and f"damaged: {ev['damage'][0]['count']} {ev['damage'][0]['what']}" in brief
+    assert all(line.isprintable() for line in brief.splitlines()), "every name is printed escaped"
+    code, text, err = run_cli(summarize.main, [path, "--full"], capsys)
     assert code == 0 and f"damaged: {ev['damage'][0]['count']} {ev['damage'][0]['what']}" in text
     lines = text.splitlines()
     first_figure = next(i for i, line in enumerate(lines) if line.startswith("figure"))

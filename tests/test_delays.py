@@ -2,6 +2,7 @@
 sync and GPU compute each named with its share, mixtures adding up to the step, ROCm names read as CUDA's,
 launches from a second thread followed, a trace without steps read as one window and one step marked."""
 
+import json
 import os
 
 import pytest
@@ -297,3 +298,18 @@ def test_our_own_run_without_its_scopes_gets_the_verdict_it_gets_with_them(stage
     assert labelled["verdict"]["stage"] == bare["verdict"]["stage"] == stage, bare["verdict"]["sentence"]
     assert not bare["scopes_present"] and "four scopes" not in bare["verdict"]["sentence"]
     assert sum(bare["verdict"]["delays"].values()) == pytest.approx(1.0)
+
+
+STUDY = os.path.join(ROOT, "results", "h100-delays")
+EXPECTED = {"input": "input", "copy": "copy", "launch": "launch", "sync": "sync", "gpu": "compute"}
+
+
+@pytest.mark.parametrize("loop", sorted(EXPECTED))
+def test_each_stored_h100_loop_names_its_delay_within_0_15_of_its_truth(loop):
+    """Five loops profiled on an NVIDIA H100 machine without labels (results/h100-delays): each is named by the
+    delay it was built to have, and the share read lies within 0.15 of the share that removing it saved."""
+    with open(os.path.join(STUDY, "truths.json")) as f:
+        truth = json.load(f)["loops"][loop]["truth"]
+    v = summarize.summarize_file(os.path.join(STUDY, f"{loop}.pt.trace.json.gz"))["verdict"]
+    assert v["part"] == EXPECTED[loop], v["sentence"]
+    assert abs(v["delays"][EXPECTED[loop]] - truth) <= 0.15, (v["delays"], truth)

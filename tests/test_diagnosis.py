@@ -459,7 +459,7 @@ def test_a_damaged_trace_withholds_the_verdict_and_names_each_damage():
         "runner_up": None,
         "next": None,
         "sentence": "Withheld: the trace is damaged where the verdict reads it (steps cut; x), so its figures may "
-        "be wrong. Export the trace again, or repair it (docs/EVIDENCE.md#damaged-traces).",
+        "be wrong. Export the trace again, or repair it.",
     }
     assert diagnosis.verdict(gpu_trace(damage_withheld=None))["stage"] == "waiting for input"
 

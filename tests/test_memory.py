@@ -161,7 +161,7 @@ def test_a_lean_trace_says_it_has_no_memory_events(tmp_path, capsys):
     ev = summarize.summarize_events(lean)
     assert ev["memory"] == {"events": 0, "unreadable_events": 0, "null_reason": memory.NO_EVENTS, "devices": {}}
     path = write(tmp_path, lean)
-    assert summarize.main([path]) == 0
+    assert summarize.main([path, "--full"]) == 0
     out = capsys.readouterr().out
     assert f"no memory figures: {memory.NO_EVENTS}" in out and "allocated peak MB" not in out
 
@@ -169,7 +169,7 @@ def test_a_lean_trace_says_it_has_no_memory_events(tmp_path, capsys):
 def test_the_text_shows_the_memory_table_per_step(tmp_path, capsys):
     """summarize's text: per device a column per step, the window's peak, and each scope's change and peak."""
     path = write(tmp_path, made_trace())
-    assert summarize.main([path]) == 0
+    assert summarize.main([path, "--full"]) == 0
     out = capsys.readouterr().out
     row = lambda label: next(line for line in out.splitlines() if line.startswith(label)).split()
     assert row("memory cuda:0")[-3:] == ["#1", "#2", "window"]

@@ -64,7 +64,7 @@ def test_any_name_prints_as_printable_text_and_valid_json(kernel, step, scope):
 
 
 def test_a_kernel_name_that_clears_the_screen_is_printed_escaped():
-    code, out, _ = run(trace(kernel="\x07\x1b[2Jgemm\udc80"))
+    code, out, _ = run(trace(kernel="\x07\x1b[2Jgemm\udc80"), "--full")
     assert code == 0 and "\\x07\\x1b[2Jgemm\\udc80" in out and "\x1b" not in out
     assert "damaged: 3 complete events whose name holds a control character" in out
 

@@ -414,7 +414,7 @@ def run_cli(*args):
 def test_cli_side_by_side_shows_the_ratio(tmp_path):
     a = write(tmp_path, [step(1, 0, 100), kernel(0, 20)], "a.json")
     b = write(tmp_path, [step(1, 0, 50), kernel(0, 20)], "b.json")
-    proc = run_cli(a, b)
+    proc = run_cli(a, b, "--full")
     assert proc.returncode == 0, proc.stderr
     row = next(line for line in proc.stdout.splitlines() if line.startswith("step wall ms"))
     assert row.split()[-1] == "0.50"
@@ -904,3 +904,16 @@ def test_peak_memory_grows_by_a_few_array_entries_per_gpu_event(tmp_path, monkey
     added = ev_large["window"]["kernels"]["count"] - ev_small["window"]["kernels"]["count"]
     assert added == 4000 and ev_large["window"]["gpu_work_launches"] == 6000, ev_large["window"]
     assert (peak_large - peak_small) / added < 320, (peak_small, peak_large)
+
+
+def test_summarize_opens_with_the_verdict_in_at_most_25_lines_and_no_project_words_on_a_foreign_trace(tmp_path):
+    """The default output of a trace without the companion's scopes: the verdict first, 25 lines at most, none of the
+    companion's own words (its scopes, its flags, its docs/ pages), and where the rest is."""
+    trace = os.path.join(ROOT, "results", "h100-delays", "launch.pt.trace.json.gz")
+    proc = run_cli(trace)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("verdict: ") and len(lines) <= 25, proc.stdout
+    for word in ("four scopes", "idle_basis", "docs/", "input/next_batch", "--workers", "mode=bench"):
+        assert word not in proc.stdout, word
+    assert lines[-1].startswith("more: --full")

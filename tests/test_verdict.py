@@ -134,7 +134,7 @@ def test_a_close_runner_up_is_named_and_a_busy_gpu_wins_from_half_the_step():
 
 def test_summarize_and_its_table_open_with_the_verdict(capsys):
     trace = stored_trace(workers=0, cuda_graph=False)
-    assert summarize.main([trace]) == 0
+    assert summarize.main([trace, "--full"]) == 0
     out = capsys.readouterr().out
     first = out.splitlines()[0]
     assert first.startswith("verdict: The GPU idles for ") and "waiting for input is its largest wait" in first

@@ -219,6 +219,7 @@ def details(
             copies[memory] = copies.get(memory, 0) + 1
     kernels = len(kernel_durations)
     syncs = _sync_origins(t, host)
+    sync_count = sum(syncs.values())
     return {
         "steps": steps,
         "launch": {
@@ -229,22 +230,27 @@ def details(
             "launch_to_start_median_us": median(waits),
         },
         "copy": {**copies, "per_step_bytes": copies["bytes"] / steps, "count_per_step": copies["count"] / steps},
-        "sync": {"count_per_step": len(host.syncs) / steps, "origins": syncs},
+        "sync": {"count_per_step": sync_count / steps, "origins": syncs},
         "memsets_without_gpu_record": memsets_lost,
         "memsets": memsets,
     }
 
 
 def _sync_origins(t: Trace, host: HostCalls) -> dict[str, int]:
-    """Where the syncs come from: the outermost known operator (aten::item, ...) around each sync call on its
-    thread, else the call's own name."""
+    """Where the syncs inside the steps come from: the outermost known operator (aten::item, ...) around each
+    sync call on its thread, else the call's own name."""
     ops: dict[Any, list[tuple[float, float, str]]] = {}
     for name, s, e, tid in t.sync_ops:
         ops.setdefault(tid, []).append((s, e, name))
     for v in ops.values():
         v.sort()
     out: dict[str, int] = {}
+    starts = sorted(t.steps, key=lambda step: step[1])
+    firsts = [a for _, a, _ in starts]
     for name, s, e, tid in t.sync_calls:
+        k = bisect.bisect_right(firsts, s) - 1
+        if k < 0 or s >= starts[k][2]:  # outside every step (the profiler's own closing sync)
+            continue
         around = [op for op in ops.get(tid, []) if op[0] <= s and e <= op[1]]
         origin = min(around)[2] if around else f"{name} (no operator around it)"
         if host.is_copy(s, e) or (not around and any(True for _ in host.h2d.clip(s, e))):

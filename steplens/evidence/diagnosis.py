@@ -354,7 +354,7 @@ def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> di
     if damaged:
         out["sentence"] = (
             f"Withheld: the trace is damaged where the verdict reads it ({'; '.join(damaged)}), so its "
-            "figures may be wrong. Export the trace again, or repair it (docs/EVIDENCE.md#damaged-traces)."
+            "figures may be wrong. Export the trace again, or repair it."
         )
         return out
     # 1) enough steps to see a pattern
@@ -433,7 +433,6 @@ def _delay_verdict(out, shares, evidences, named, gap_known):
     waits = {c: v for c, v in shares.items() if c != "compute"}
     cls = "compute" if shares["compute"] >= GPU_BOUND_AT else max(waits, key=waits.get)
     details = evidences[0]["window"].get("delay_details") or {}
-    steps = max(1, details.get("steps") or 1)
     pace = sum(ev["window"]["pace_us"] or 0.0 for ev in evidences) / max(
         1, sum(ev["window"]["steps"] for ev in evidences)
     )
@@ -457,6 +456,8 @@ def _delay_verdict(out, shares, evidences, named, gap_known):
             text += f", closely followed by {DELAY_STAGES[second]} ({_pct(waits[second])})"
     out["sentence"] = f"{text}: {line}. Next: {out['next']}." if line else f"{text}. Next: {out['next']}."
     if gap_known is None:
-        out["sentence"] += f" No input figure: {no_input_reason(evidences)}."
-    del steps
+        out["sentence"] += (
+            " The trace shows no input source (no DataLoader, no --input-scope): a wait for input would read as "
+            "host work."
+        )
     return out

@@ -374,8 +374,7 @@ def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
     parts.append(
         f"{ev['trace']}: "
         + (
-            f"Perfetto before v57.1 would drop {drops} complete events that cross "
-            "others on their track (docs/PERFETTO.md)"
+            f"Perfetto before v57.1 would drop {drops} complete events that cross others on their track"
             if drops
             else "every complete event nests: every Perfetto version shows them all"
         )
@@ -401,7 +400,7 @@ def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
         parts.append(
             f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
             "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
-            "traces are repaired (docs/PERFETTO.md)"
+            "traces are repaired"
         )
     return parts
 
@@ -428,6 +427,45 @@ def delay_lines(ev: dict[str, Any]) -> list[str]:
 
 
 DELAY_SHOWN = 0.10  # a delay of at least this share of the step gets its line of figures
+
+
+BRIEF_NOTES = 3  # the brief output's notes at most: the rest are behind --full
+
+
+def brief_lines(ev: dict[str, Any]) -> list[str]:
+    """One trace in a few lines: the verdict, the delays and their figures, the trace in one line, its damage, the
+    GPU's top kernel classes and its first notes (--full has the rest)."""
+    parts = [f"verdict: {ev['verdict']['sentence']}"]
+    parts += delay_lines(ev)
+    w = ev["window"]
+    facts = [f"{w['steps']} step{'s' if w['steps'] != 1 else ''}", f"median step {w['median_step_us'] / 1e3:.2f} ms"]
+    if ev["has_gpu"] and w.get("gpu_idle_share") is not None:
+        facts.append(f"GPU idle {w['gpu_idle_share']:.0%} of the step")
+    elif not ev["has_gpu"]:
+        facts.append("no GPU events (a CPU-only trace)")
+    parts.append(f"trace: {ev['trace']}: {', '.join(facts)}")
+    parts += damage_lines(ev)
+    top = (w.get("kernel_classes") or {}).get("classes") if ev["has_gpu"] else None
+    if top:
+        ranked = sorted(top.items(), key=lambda kv: -kv[1]["us"])[:4]
+        parts.append("GPU time by kernel class: " + ", ".join(f"{c} {v['share']:.0%}" for c, v in ranked))
+    notes = list(ev["notes"])
+    parts += [f"note: {n}" for n in notes[:BRIEF_NOTES]]
+    if len(notes) > BRIEF_NOTES:
+        parts.append(f"note: {len(notes) - BRIEF_NOTES} more notes with --full")
+    return parts
+
+
+def format_brief(evidences: list[dict[str, Any]]) -> str:
+    """summarize's default output: each trace in brief_lines, then where the rest is."""
+    parts = []
+    for i, ev in enumerate(evidences):
+        lines = brief_lines(ev)
+        if len(evidences) > 1:
+            lines = [f"{chr(ord('A') + i)}: {lines[0]}"] + [f"   {line}" for line in lines[1:]]
+        parts += lines
+    parts.append("more: --full for the figures per step and every note, --json for every figure")
+    return "\n".join(parts) + "\n"
 
 
 def format_table(evidences: list[dict[str, Any]]) -> str:

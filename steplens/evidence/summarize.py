@@ -38,7 +38,7 @@ from steplens.evidence.attribution import (
     work_figures,
 )
 from steplens.evidence.diagnosis import verdict
-from steplens.evidence.formatting import format_table
+from steplens.evidence.formatting import format_brief, format_table
 from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
 from steplens.scopes import SAVE, scope_set
 from steplens.text import say, write
@@ -512,6 +512,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("traces", nargs="+", help="PyTorch profiler Chrome traces (.json or .json.gz)")
     p.add_argument("--json", action="store_true", help="print one JSON object per trace, one per line")
     p.add_argument(
+        "--full",
+        action="store_true",
+        help="print the figures per step, the kernel classes and every note after the verdict (default: the "
+        "verdict, the delays and a few lines)",
+    )
+    p.add_argument(
         "--roofline",
         action="store_true",
         help="add each kernel class's work, achieved rate and share of the GPU's limit (steplens roofline), "
@@ -532,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         for ev, run in zip(evidences, runs):
             print(json.dumps({**ev, "run_verdict": run} if run else ev, sort_keys=True))  # ASCII: every name escaped
     else:
-        write(format_table(evidences))
+        write(format_table(evidences) if args.full else format_brief(evidences))
         for run in filter(None, runs):
             say(
                 f"The run's own evidence ({run['file']}) adds what profile mode measured around the capture "

@@ -4,6 +4,8 @@ steplens summarize TRACE [TRACE ...]     the evidence and the verdict of a trace
 steplens picture TRACE [--out X.png]     one profiled cycle drawn to scale
 steplens roofline TRACE [--model M:F]    each kernel class against the GPU's compute or memory limit
 steplens snapshot FILE [--json]          a CUDA memory snapshot's peak and what is live at it
+steplens diff BEFORE AFTER               what a change did to the step: delays, kernels, operators, host
+steplens decide BEFORE AFTER --offline ROOT --before G --after G   the tutorial's decision on a change
 steplens compare --offline ROOT | -p P   paired comparison of repeated bench runs
 steplens ranks DIR                       the evidence across the ranks of a DDP run
 steplens report ROOT [UUID ...]          what a set of runs measured, in a few lines
@@ -22,6 +24,11 @@ COMMANDS = {
     "picture": ("steplens.evidence.picture", "draw one profiled cycle to scale (needs matplotlib)"),
     "roofline": ("steplens.evidence.roofline", "each kernel class's work and rate against the GPU's peaks"),
     "snapshot": ("steplens.evidence.snapshot", "a CUDA memory snapshot's peak, its blocks by allocating line"),
+    "diff": ("steplens.evidence.diff", "what a change did to the step, from two traces or profile runs"),
+    "decide": (
+        "steplens.evidence.decide",
+        "which of the tutorial's three outcomes a change had (traces and bench runs)",
+    ),
     "compare": ("steplens.evidence.compare", "paired comparison of repeated bench runs"),
     "ranks": ("steplens.evidence.ranks", "the evidence across the ranks of a DDP run"),
     "report": ("steplens.evidence.report", "what a set of offline runs measured"),

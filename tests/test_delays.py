@@ -148,7 +148,7 @@ def test_a_sync_bound_loop_is_named_sync_with_its_origin():
     # idle 400-995 follows the sync; it costs what the host waited in it, 382 µs a step
     assert shares(ev)["sync"] == pytest.approx(0.382)
     assert ev["window"]["delay_details"]["sync"]["origins"] == {"aten::item": 3}
-    assert "from aten::item x3" in v["sentence"] and ".item()" in v["next"]
+    assert "from aten::item (1.0 a step)" in v["sentence"] and ".item()" in v["next"]
 
 
 def test_a_sync_costs_no_more_than_the_host_waited_in_it():
@@ -246,7 +246,9 @@ def test_a_trace_without_steps_is_read_as_one_window_and_says_so():
     ev = loop.read()
     v = ev["verdict"]
     assert ev["window_only"] and summarize.WINDOW_ONLY in ev["notes"]
-    assert v["part"] == "input" and v["sentence"].startswith("One window without steps, so no pattern is claimed")
+    assert v["part"] == "input" and v["sentence"].startswith(
+        "Read as one window (the trace has no steps), so no pattern"
+    )
 
 
 def test_a_named_scope_can_be_the_step():
@@ -265,7 +267,7 @@ def test_one_step_gets_its_reading_marked_as_one_step():
     loop.kernel(700, 710, 280)
     v = loop.read()["verdict"]
     assert v["one_step"] and v["part"] == "input"
-    assert v["sentence"].startswith("One profiled step, so no pattern is claimed: ")
+    assert v["sentence"].startswith("One profiled step, so no pattern across steps is claimed. ")
 
 
 def test_a_trace_without_gpu_events_says_cannot_tell_rather_than_a_delay():

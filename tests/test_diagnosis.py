@@ -254,7 +254,7 @@ def test_steps_count_one_per_part_without_a_count():
     one = {k: v for k, v in part().items() if k != "steps"}
     v = diagnosis.verdict(gpu_trace(), parts=[one])
     assert v["stage"] == "waiting for input" and v["one_step"], "one step: read, and marked as one"
-    assert v["sentence"].startswith("One profiled step, so no pattern is claimed: ")
+    assert v["sentence"].startswith("One profiled step, so no pattern across steps is claimed. ")
     assert diagnosis.verdict(gpu_trace(), parts=[one, dict(one)])["stage"] == "waiting for input"
     assert diagnosis.verdict(gpu_trace(part(steps=2)))["stage"] == "waiting for input"
     assert diagnosis.verdict([gpu_trace(), gpu_trace()])["share"] == pytest.approx(0.4), "two traces pooled"
@@ -303,7 +303,7 @@ def test_a_cpu_only_trace_without_the_scopes_weighs_its_input_against_the_rest()
     assert v["sentence"].startswith("Waiting for input holds the step: the input (loader) takes 80%")
     v = diagnosis.verdict(cpu_trace({n: None for n in SCOPES}, scopes=(), source=None))
     assert v["stage"] is None and v["sentence"] == (
-        "Cannot tell: a CPU-only trace without the four scopes or an input source shows neither GPU tracks "
+        "Cannot tell: a CPU-only trace without record_function scopes or an input source shows neither GPU tracks "
         "nor where the CPU's time goes (no loader in the trace)."
     )
     partial = cpu_trace(

@@ -288,12 +288,19 @@ def evidence(cls: str, d: dict[str, Any], per_step_us: dict[str, float], source:
             parts.append(f"{x['cpu_us_per_launch']:.1f} µs of CPU per launch")
         if x["launch_to_start_median_us"] is not None:
             parts.append(f"a kernel starts a median {x['launch_to_start_median_us']:.1f} µs after its launch returns")
+        if x["cpu_us_per_launch"] is not None:
+            calls = x["cpu_us_per_launch"] * x["launches_per_step"]
+            parts.append(
+                f"the GPU waits {_ms(per_step_us['launch'])} a step on the host issuing work "
+                f"({_ms(calls)} of it inside launch calls, the rest in Python and operators around them)"
+            )
         return ", ".join(parts)
     if cls == "sync":
         s = d["sync"]
-        origins = ", ".join(f"{k} x{v}" for k, v in list(s["origins"].items())[:3]) or "none"
+        n = d["steps"]
+        origins = ", ".join(f"{k} ({v / n:.1f} a step)" for k, v in list(s["origins"].items())[:3]) or "no operator"
         idle = _ms(per_step_us["sync"])
-        return f"{s['count_per_step']:.1f} syncs a step (from {origins}); the GPU then idles {idle} a step"
+        return f"{s['count_per_step']:.1f} syncs a step, from {origins}; the GPU then idles {idle} a step"
     if cls == "host":
         gap = f"{LAUNCH_GAP_US / 1e3:.0f} ms"
         return f"the host runs {_ms(per_step_us['host'])} a step without launching, longer than {gap} at a time"

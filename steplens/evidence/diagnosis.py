@@ -210,7 +210,7 @@ def _cpu_verdict(out, cpu, wall, named, no_input=NO_INPUT, own=True, loader=True
     """A CPU-only trace: the largest CPU part holds the step (it cannot tell whether a GPU would wait)."""
     if not cpu:
         out["sentence"] = (
-            f"Cannot tell: a CPU-only trace without the four scopes or an input source shows "
+            f"Cannot tell: a CPU-only trace without record_function scopes or an input source shows "
             f"neither GPU tracks nor where the CPU's time goes ({no_input})."
         )
         return out
@@ -316,10 +316,12 @@ def verdict(
     out = _verdict(evidences, parts)
     if out["stage"] is not None and all(ev.get("window_only") for ev in evidences):
         out["one_step"] = True
-        out["sentence"] = f"One window without steps, so no pattern is claimed: {out['sentence']}"
+        out["sentence"] = (
+            f"Read as one window (the trace has no steps), so no pattern across steps is claimed. {out['sentence']}"
+        )
     elif out["stage"] is not None and sum(p.get("steps", 1) for p in parts) == 1:
         out["one_step"] = True
-        out["sentence"] = f"One profiled step, so no pattern is claimed: {out['sentence']}"
+        out["sentence"] = f"One profiled step, so no pattern across steps is claimed. {out['sentence']}"
     if out["part"] == SAVE:  # the checkpoint phase: name the longest save, its step and the GPU's idle in it
         out["save"] = longest_save(evidences)
         out["sentence"] += save_sentence(out["save"])

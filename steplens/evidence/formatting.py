@@ -438,11 +438,14 @@ def brief_lines(ev: dict[str, Any]) -> list[str]:
     parts = [f"verdict: {ev['verdict']['sentence']}"]
     parts += delay_lines(ev)
     w = ev["window"]
-    facts = [f"{w['steps']} step{'s' if w['steps'] != 1 else ''}", f"median step {w['median_step_us'] / 1e3:.2f} ms"]
-    if ev["has_gpu"] and w.get("gpu_idle_share") is not None:
-        facts.append(f"GPU idle {w['gpu_idle_share']:.0%} of the step")
-    elif not ev["has_gpu"]:
-        facts.append("no GPU events (a CPU-only trace)")
+    facts = [f"{w['steps']} step{'s' if w['steps'] != 1 else ''}"]
+    if ev["has_gpu"] and w.get("pace_us"):
+        whose = "the GPU's own step, as the CPU runs ahead" if ev.get("cpu_runs_ahead") else "the CPU's step"
+        facts.append(f"the shares are of {w['pace_us'] / w['steps'] / 1e3:.2f} ms a step on average ({whose})")
+    else:
+        facts.append(f"mean step {w['wall_us'] / w['steps'] / 1e3:.2f} ms")
+        if not ev["has_gpu"]:
+            facts.append("no GPU events (a CPU-only trace)")
     parts.append(f"trace: {ev['trace']}: {', '.join(facts)}")
     parts += damage_lines(ev)
     top = (w.get("kernel_classes") or {}).get("classes") if ev["has_gpu"] else None

@@ -302,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"steplens picture: error: {folder} is not a folder: create it, or pass --out elsewhere", sys.stderr)
         return 2
     try:
-        evidence = summarize.summarize_file(args.trace, lanes=True, input_scope=args.input_scope)
+        evidence = summarize.summarize_file(
+            args.trace, lanes=True, input_scope=args.input_scope, step_scope=args.step_scope
+        )
         for line in damage_lines(evidence):
             say(f"steplens picture: warning: {line}", sys.stderr)
         label = nearby_label(args.trace)

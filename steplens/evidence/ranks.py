@@ -644,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the evidence as one JSON object")
     summarize.add_reading_options(p)
     args = p.parse_args(argv)
+    if args.step_scope:
+        p.error("--step-scope is not read here: ranks are aligned on their ProfilerStep#N steps")
     try:
         found = locate(args.paths)
         per_rank = []

@@ -402,7 +402,11 @@ def choose_steps(t: Trace, name: str, step_scope: str | None) -> str | None:
             raise TraceError(f"{name}: no user annotation named {step_scope!r} (--step-scope) in the trace")
         t.steps = [(i + 1, s, e) for i, (s, e) in enumerate(slices)]
         return f"each slice of {step_scope!r} (--step-scope) is read as one step: {len(slices)} in the trace"
-    if t.steps or t.damage or t.cpu_span is None:
+    if t.cpu_span is None and not t.steps and not t.damage:
+        raise TraceError(
+            f"{name}: no ProfilerStep#N slices and no CPU events at all: not a PyTorch profiler trace, or an empty one"
+        )
+    if t.steps or t.damage:
         need_steps(t, name)
         return None
     t.steps = [(0, *t.cpu_span)]
@@ -416,6 +420,8 @@ def summarize_trace(
     # 1) the timeline was read (checked for damage); attribute each GPU event to the step that launched it
     steps_note = choose_steps(t, name, step_scope)
     r = _Reading(t, input_scope)
+    if input_scope and r.source["null_reason"]:
+        raise TraceError(f"{name}: no user annotation named {input_scope!r} (--input-scope) in the trace")
     evidence = trace_header(r, name)
     evidence["window_only"] = steps_note == WINDOW_ONLY
     if steps_note:

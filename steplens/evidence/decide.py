@@ -1,0 +1,198 @@
+"""The tutorial's decision on a change, made from its traces and its bench runs (steplens decide).
+
+    steplens decide BEFORE AFTER (--offline ROOT | -p PROJECT) --before LABEL --after LABEL [--json]
+
+BEFORE and AFTER are the two settings' traces (files or profile runs' folders, as steplens diff takes them);
+ROOT or PROJECT holds their alternating bench runs, grouped as steplens compare groups them; LABEL names each
+setting's group ("workers=0", "workers=4"). The outcomes, in the tutorial's words:
+  1) throughput rose and the input gaps shortened: the evidence supports the change for this workload and CPU budget;
+  2) the gaps shrank without a throughput gain: another stage may now dominate (named from the after trace);
+  3) throughput fell: inspect CPU contention and the cost of transporting small batches (their figures given).
+Or: the measurement cannot decide yet, with the pairs it would need."""
+
+import argparse
+import json
+import statistics
+import sys
+from typing import Any
+
+from steplens.evidence.comparison import compare_records
+from steplens.evidence.diff import DiffError, read_side
+from steplens.evidence.runs import CompareError, gather_offline, gather_polyaxon
+from steplens.stats import ALPHA, sign_test_p
+from steplens.trace.reader import TraceError
+
+# The input gap shrank: by at least a quarter of itself and by at least this share of the before step.
+GAP_SHRINK = 0.25
+GAP_STEP_SHARE = 0.05
+
+OUTCOMES = {
+    "supports": "the evidence supports the change for this workload and CPU budget",
+    "another stage": "the gaps disappeared without a throughput gain: another stage may now dominate",
+    "slower": "throughput fell: inspect CPU contention and the cost of transporting small batches",
+    "faster, other cause": "throughput rose, but the input gaps did not shorten: the trace does not show the input as "
+    "the reason",
+    "no change": "neither the throughput nor the input gaps moved beyond the noise",
+    "undecided": "the measurement cannot decide yet",
+}
+
+
+class DecideError(Exception):
+    pass
+
+
+def more_pairs(test: dict[str, Any], alpha: float = ALPHA) -> int | None:
+    """The fewest further pairs that could reach p < alpha, were every one on the majority's side; None when they
+    already do."""
+    n, k = test["untied"], max(test["above_1"], test["below_1"])
+    if n and sign_test_p(n, k, candidates=2) < alpha:
+        return None
+    m = 0
+    while sign_test_p(n + m, k + m, candidates=2) >= alpha:
+        m += 1
+    return m
+
+
+def group_row(result: dict[str, Any], label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The comparison's table (the first whose groups hold label) and label's row in it."""
+    for table in result["tables"]:
+        for row in table["groups"]:
+            if row["group"] == label:
+                return table, row
+    labels = sorted({row["group"] for t in result["tables"] for row in t["groups"]})
+    raise DecideError(f"no bench group {label!r} among the runs: {', '.join(labels) or 'none'}")
+
+
+def transport(records: list[dict[str, Any]], uuids: list[str]) -> dict[str, Any]:
+    """The bench runs' own figures on CPU contention and transport: CPUs used and the budget in words, the throttled
+    share, the time a batch travels from a worker to the training process, the workers' memory and /dev/shm.
+    Medians over the group's runs; a figure none logged is None."""
+    by_uuid = {r["uuid"]: r for r in records}
+    outs = [by_uuid[u]["outputs"] for u in uuids if u in by_uuid]
+
+    def med(key):
+        values = [o[key] for o in outs if isinstance(o.get(key), (int, float))]
+        return statistics.median(values) if values else None
+
+    sentences = [o["cpu_sentence"] for o in outs if o.get("cpu_sentence")]
+    return {
+        "cpus_used": med("cpus_used"),
+        "cpu_throttled_share": med("cpu_throttled_share"),
+        "cpu_sentence": sentences[0] if sentences else None,
+        "input_transport_ms": med("input_transport_ms"),
+        "input_make_ms": med("input_make_ms"),
+        "workers_pss_mb": med("workers_pss_mb"),
+        "shm_peak_mb": med("shm_peak_mb"),
+    }
+
+
+def decide(before: dict[str, Any], after: dict[str, Any], row: dict[str, Any], host: dict[str, Any]) -> dict[str, Any]:
+    """The outcome from the two sides' traces (diff.read_side's) and the after group's comparison row against the
+    before group (compare's); host: transport() of the after group."""
+    test = row.get("sign_test") or {}
+    sig = row.get("verdict") or ""
+    gap_b = (before.get("delays_ms") or {}).get("input")
+    gap_a = (after.get("delays_ms") or {}).get("input")
+    out = {
+        "bench": {
+            "pairs": test.get("pairs", 0),
+            "paired_ratio_median": (row.get("paired") or {}).get("median"),
+            "ratio_of_medians": row.get("ratio"),
+            "sign_test_p": test.get("p"),
+            "significance": sig,
+        },
+        "input_gap_ms": {"before": gap_b, "after": gap_a},
+        "after_stage": after["verdict"]["stage"],
+        "after_share": after["verdict"]["share"],
+        "host": host,
+        "more_pairs": None,
+    }
+    if gap_b is None or gap_a is None:
+        out.update(outcome="undecided", reason="a trace has no input-wait figure (no GPU figures, or GPU records lost)")
+        return finish(out)
+    step_b = before["step_ms"] or 0.0
+    shrank = gap_a <= (1 - GAP_SHRINK) * gap_b and gap_b - gap_a >= GAP_STEP_SHARE * step_b
+    out["gap_shrank"] = shrank
+    if sig.startswith("too few"):
+        out.update(outcome="undecided", reason=f"{test.get('pairs', 0)} pairs; a sign test needs {test.get('needed')}")
+        out["more_pairs"] = max(0, (test.get("needed") or 0) - test.get("untied", 0))
+    elif sig == "faster":
+        out["outcome"] = "supports" if shrank else "faster, other cause"
+    elif sig == "slower":
+        out["outcome"] = "slower"
+    elif shrank:
+        out["outcome"] = "another stage"
+        out["more_pairs"] = more_pairs(test)
+    else:
+        out["outcome"] = "no change"
+        out["more_pairs"] = more_pairs(test)
+    return finish(out)
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def finish(out: dict[str, Any]) -> dict[str, Any]:
+    """The decision's sentence with the figures that decide it."""
+    b, g = out["bench"], out["input_gap_ms"]
+    figures = (
+        f"bench: {b['pairs']} pairs, paired ratio after/before {_f(b['paired_ratio_median'], '{:.3f}')} "
+        f"(sign test p {_f(b['sign_test_p'], '{:.3f}')}: {b['significance'] or 'n/a'}); input wait per profiled "
+        f"step {_f(g['before'], '{:.2f}')} -> {_f(g['after'], '{:.2f}')} ms"
+    )
+    said = OUTCOMES[out["outcome"]]
+    if out["outcome"] == "undecided":
+        said += f" ({out['reason']})"
+    if out["outcome"] == "another stage" and out["after_stage"]:
+        said += f": after the change, {out['after_stage']} holds the step ({out['after_share']:.0%})"
+    if out["outcome"] == "slower" or out["outcome"] == "another stage":
+        h = out["host"]
+        said += (
+            f". CPU: {h['cpu_sentence'] or 'not recorded by these runs'}; CPUs used {_f(h['cpus_used'], '{:.2f}')}, "
+            f"throttled {_f(h['cpu_throttled_share'], '{:.1%}')} of the window; a batch travels "
+            f"{_f(h['input_transport_ms'], '{:.2f}')} ms from a worker to the training process (made in "
+            f"{_f(h['input_make_ms'], '{:.2f}')} ms); workers' memory {_f(h['workers_pss_mb'], '{:.0f}')} MB PSS, "
+            f"/dev/shm {_f(h['shm_peak_mb'], '{:.0f}')} MB"
+        )
+    if out["more_pairs"]:
+        said += f". {out['more_pairs']} more pairs could settle it, if each falls on the side most do now"
+    out["sentence"] = f"{said[0].upper()}{said[1:]}. {figures}."
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="steplens decide", description=__doc__.split("\n")[0])
+    p.add_argument("before", help="the before setting's trace, or a folder of traces (its profile run)")
+    p.add_argument("after", help="the after setting's trace, or a folder of traces")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--offline", metavar="ROOT", help="offline Polyaxon runs holding the bench runs")
+    where.add_argument("-p", "--project", help="a Polyaxon project holding the bench runs")
+    p.add_argument(
+        "--before", dest="before_group", required=True, metavar="LABEL", help="the before group, e.g. workers=0"
+    )
+    p.add_argument(
+        "--after", dest="after_group", required=True, metavar="LABEL", help="the after group, e.g. workers=4"
+    )
+    p.add_argument("--input-scope", default=None, metavar="NAME", help="as for steplens summarize")
+    p.add_argument("--json", action="store_true", help="print the decision as one JSON object")
+    args = p.parse_args(argv)
+    try:
+        sides = [read_side(path, args.input_scope) for path in (args.before, args.after)]
+        if args.offline:
+            records, _ = gather_offline(args.offline)
+        else:
+            records, _ = gather_polyaxon(args.project)
+        result = compare_records(records, baseline=args.before_group)
+        _, row = group_row(result, args.after_group)
+        group_row(result, args.before_group)
+    except (DiffError, TraceError, CompareError, DecideError) as e:
+        print(f"steplens decide: error: {e}", file=sys.stderr)
+        return 1
+    out = decide(sides[0], sides[1], row, transport(records, row["uuids"]))
+    print(json.dumps(out, sort_keys=True) if args.json else f"decision: {out['sentence']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

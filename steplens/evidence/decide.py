@@ -144,9 +144,9 @@ def finish(out: dict[str, Any]) -> dict[str, Any]:
     said = OUTCOMES[out["outcome"]]
     if out["outcome"] == "undecided":
         said += f" ({out['reason']})"
-    if out["outcome"] == "another stage" and out["after_stage"]:
+    if out["outcome"] in ("another stage", "no change", "faster, other cause") and out["after_stage"]:
         said += f": after the change, {out['after_stage']} holds the step ({out['after_share']:.0%})"
-    if out["outcome"] == "slower" or out["outcome"] == "another stage":
+    if out["outcome"] in ("slower", "another stage", "no change"):
         h = out["host"]
         said += (
             f". CPU: {h['cpu_sentence'] or 'not recorded by these runs'}; CPUs used {_f(h['cpus_used'], '{:.2f}')}, "

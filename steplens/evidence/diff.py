@@ -26,6 +26,7 @@ from steplens.trace.reader import TraceError, iter_events
 TOP = 5  # rows per list of kernels or operators
 CHANGED_AT = 0.05  # a matched name's time per call must move by this share (and MIN_US) to count as faster or slower
 MIN_US = 0.5
+SHARE_ROSE = 0.10  # a delay whose share of the step rose by this much is named as where the step went
 
 
 class DiffError(Exception):
@@ -256,8 +257,20 @@ def summary(d: dict[str, dict[str, float]], step_change: float | None) -> str:
         parts.append(f"{delays.NAMES[shrank]} shrank by {-d[shrank]['change_ms']:.2f} ms a step")
     if d[grew]["change_ms"] > 0:
         parts.append(f"{delays.NAMES[grew]} grew by {d[grew]['change_ms']:.2f} ms a step")
-    if step_change is not None:
+    if step_change is not None and abs(step_change) < 0.005:
+        parts.append("the step kept its length")
+    elif step_change is not None:
         parts.append(f"the step {'shortened' if step_change < 0 else 'lengthened'} by {abs(step_change):.2f} ms")
+    rose = sorted(
+        (c for c in d if d[c]["after_share"] - d[c]["before_share"] >= SHARE_ROSE), key=lambda c: -d[c]["after_share"]
+    )
+    if rose:
+        parts.append(
+            "the step now goes to "
+            + " and ".join(
+                f"{delays.NAMES[c]} {d[c]['after_share']:.0%} (was {d[c]['before_share']:.0%})" for c in rose
+            )
+        )
     return "; ".join(parts) + "." if parts else "No delay moved."
 
 

@@ -1,0 +1,193 @@
+"""steplens diff and steplens decide: names matched across runs, what changed per step, and the tutorial's three
+outcomes, on hand-made traces and bench rows, then on stored NVIDIA H200 runs."""
+
+import os
+
+import pytest
+from test_delays import LOADER, Loop
+
+from steplens.evidence import decide, diff
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_loose_names_drop_template_arguments_parameter_lists_and_triton_numbers():
+    assert diff.loose_name("void gemm<float, 128>(int, float*)") == "void gemm<>()"
+    assert diff.loose_name("void k<a<b>, c>()") == "void k<>()"
+    assert diff.loose_name("triton_poi_fused_add_mul_3") == "triton_poi_fused_add_mul"
+    assert diff.loose_name("triton_red_fused_sum_12") == "triton_red_fused_sum"
+    assert diff.loose_name("aten::add") == "aten::add"
+
+
+def test_names_match_exactly_then_loosely_and_the_rest_are_counted():
+    before = {"aten::mm": [2, 10.0], "k<float>": [1, 5.0], "triton_poi_fused_add_0": [1, 3.0], "gone": [1, 1.0]}
+    after = {"aten::mm": [2, 8.0], "k<half>": [1, 2.0], "triton_poi_fused_add_7": [1, 3.0], "new": [4, 4.0]}
+    pairs, only_b, only_a = diff.match(before, after)
+    assert sorted(p[0] for p in pairs) == ["aten::mm", "k<>", "triton_poi_fused_add"]
+    assert only_b == ["gone"] and only_a == ["new"]
+
+
+def side(names, steps=2):
+    return {"steps": steps, "names": {"kernels": names, "operators": {}}}
+
+
+def test_each_name_is_added_removed_called_more_or_less_or_faster_or_slower():
+    before = side({"same": [2, 20.0], "fast": [2, 40.0], "slow": [2, 4.0], "fewer": [8, 8.0], "gone": [2, 6.0]})
+    after = side({"same": [2, 20.2], "fast": [2, 10.0], "slow": [2, 8.0], "fewer": [2, 2.0], "new": [6, 60.0]})
+    ch = diff.name_changes(before, after, "kernels")
+    names = {
+        k: [r["name"] for r in ch[k]] for k in ("added", "removed", "fewer calls", "more calls", "faster", "slower")
+    }
+    assert names == {
+        "added": ["new"],
+        "removed": ["gone"],
+        "fewer calls": ["fewer"],
+        "more calls": [],
+        "faster": ["fast"],
+        "slower": ["slow"],
+    }, "a 1% change ('same') is no change"
+    fast = ch["faster"][0]
+    assert fast["before_us_per_call"] == 20.0 and fast["after_us_per_call"] == 5.0
+    assert fast["change_ms_per_step"] == pytest.approx((5.0 - 20.0) / 1e3)
+    assert ch["added"][0]["after_per_step"] == 3 and (ch["matched"], ch["only_before"], ch["only_after"]) == (4, 1, 1)
+
+
+def loop(input_us):
+    """Three 1000 µs steps: the loader for input_us, then a kernel that fills the rest."""
+    lp = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        lp.step(n + 1, t0, t0 + 1000)
+        lp.cpu(LOADER, t0, t0 + input_us)
+        lp.kernel(t0 + input_us, t0 + input_us + 10, 1000 - input_us - 20)
+    return lp
+
+
+def write(lp, path):
+    import json
+
+    with open(path, "w") as f:
+        json.dump({"traceEvents": lp.events}, f)
+    return str(path)
+
+
+def test_diff_of_two_loops_names_the_delay_that_shrank_and_where_the_step_went(tmp_path):
+    before = diff.read_side(write(loop(700), tmp_path / "a.pt.trace.json"))
+    after = diff.read_side(write(loop(100), tmp_path / "b.pt.trace.json"))
+    d = diff.diff(before, after)
+    assert d["delays"]["input"]["change_ms"] == pytest.approx(-0.6)
+    assert d["delays"]["compute"]["change_ms"] == pytest.approx(0.6)
+    assert sum(r["after_share"] for r in d["delays"].values()) == pytest.approx(1.0)
+    assert d["summary"].startswith("input wait shrank by 0.60 ms a step")
+    assert (
+        "the step now goes to GPU compute 88% (was 28%)" in d["summary"] and "the step kept its length" in d["summary"]
+    )
+    text = diff.format_diff(d)
+    assert "verdict before: The GPU idles" in text and "verdict after:  GPU compute holds the step" in text
+
+
+def test_diff_refuses_a_missing_side_in_one_line(tmp_path, capsys):
+    assert diff.main([str(tmp_path / "nope.json"), str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file or folder" in err
+
+
+def bench_row(ratios, verdict):
+    above = sum(r > 1 for r in ratios)
+    from steplens.stats import sign_test
+
+    test = sign_test(ratios)
+    assert (test["above_1"], test["below_1"]) == (above, sum(r < 1 for r in ratios)), "ties are dropped"
+    return {"sign_test": test, "verdict": verdict, "paired": {"median": sorted(ratios)[len(ratios) // 2]}, "ratio": 1}
+
+
+def sided(input_ms, step_ms=10.0, stage="waiting for input", share=0.5):
+    return {"delays_ms": {"input": input_ms}, "step_ms": step_ms, "verdict": {"stage": stage, "share": share}}
+
+
+HOST = {
+    "cpus_used": 3.98,
+    "cpu_throttled_share": 0.12,
+    "cpu_sentence": "the job used 3.98 of its 4 CPUs",
+    "input_transport_ms": 1.5,
+    "input_make_ms": 20.0,
+    "workers_pss_mb": 900.0,
+    "shm_peak_mb": 30.0,
+}
+
+
+def test_faster_with_shorter_gaps_supports_the_change():
+    d = decide.decide(sided(6.0), sided(0.5, 4.0, "GPU compute", 0.8), bench_row([1.5] * 6, "faster"), HOST)
+    assert d["outcome"] == "supports" and d["sentence"].startswith("The evidence supports the change")
+
+
+def test_gaps_gone_without_a_gain_name_the_stage_that_now_holds_the_step():
+    ratios = [1.01, 0.99, 1.02, 0.98, 1.0, 1.01]
+    d = decide.decide(
+        sided(6.0), sided(0.5, 10.0, "host-side launch overhead", 0.6), bench_row(ratios, "within the noise"), HOST
+    )
+    assert d["outcome"] == "another stage"
+    assert "after the change, host-side launch overhead holds the step (60%)" in d["sentence"]
+    assert d["more_pairs"] is not None and d["more_pairs"] > 0
+
+
+def test_a_slower_change_names_the_cpu_and_transport_figures():
+    d = decide.decide(sided(6.0), sided(5.0), bench_row([0.8] * 6, "slower"), HOST)
+    assert d["outcome"] == "slower"
+    for said in ("the job used 3.98 of its 4 CPUs", "throttled 12.0%", "travels 1.50 ms", "900 MB PSS", "30 MB"):
+        assert said in d["sentence"], said
+
+
+def test_too_few_pairs_cannot_decide_and_say_how_many_more():
+    row = bench_row([1.5] * 5, "too few repeats for a verdict (n=5 pairs, need 6)")
+    d = decide.decide(sided(6.0), sided(0.5), row, HOST)
+    assert d["outcome"] == "undecided" and d["more_pairs"] == 1 and "cannot decide yet" in d["sentence"]
+
+
+def test_more_pairs_counts_the_pairs_a_mixed_sign_test_still_needs():
+    from steplens.stats import sign_test
+
+    assert decide.more_pairs(sign_test([1.1] * 6)) is None
+    # 4 of 6 above 1: 10 of 12 is the first split below 0.05 (p 0.039; 9 of 11 is 0.065)
+    assert decide.more_pairs(sign_test([1.1] * 4 + [0.9] * 2)) == 6
+    assert decide.more_pairs(sign_test([])) == 6
+
+
+def test_faster_without_shorter_gaps_is_not_credited_to_the_input():
+    d = decide.decide(sided(0.2), sided(0.2), bench_row([1.2] * 6, "faster"), HOST)
+    assert d["outcome"] == "faster, other cause"
+
+
+EAGER = os.path.join(ROOT, "results", "h200-reprofile", "eager", "runs")
+SWEEP = os.path.join(ROOT, "results", "h100-workers-sweep", "offline")
+
+
+def test_diff_of_stored_h200_workers_0_and_4_names_the_input_wait_that_shrank_and_the_gpu_work_that_took_its_place():
+    before = diff.read_side(os.path.join(EAGER, "cd71033606ba42f6b997804deb9ae741", "outputs", "traces"))
+    after = diff.read_side(os.path.join(EAGER, "4220df20529845b38750930bef04749a", "outputs", "traces"))
+    d = diff.diff(before, after)
+    assert d["summary"].startswith("input wait shrank by ") and "GPU compute 41% (was 5%)" in d["summary"]
+    assert d["delays"]["input"]["change_ms"] < -50 and abs(d["delays"]["compute"]["change_ms"]) < 0.5
+    assert d["delays"]["compute"]["after_share"] > 3 * d["delays"]["compute"]["before_share"]
+
+
+def sweep_side(workers):
+    from steplens.evidence.runs import gather_offline
+
+    records, _ = gather_offline(SWEEP)
+    (run,) = [r for r in records if r["mode"] == "profile" and r["settings"]["workers"] == workers]
+    return records, diff.read_side(os.path.join(SWEEP, "runs", run["uuid"], "outputs", "traces"))
+
+
+@pytest.mark.parametrize("pair, outcome", [((0, 4), "supports"), ((2, 4), "faster, other cause")])
+def test_the_stored_h100_workers_sweep_is_decided_as_the_tutorial_would(pair, outcome):
+    """Six alternating bench repeats a setting and a profile run each, on an NVIDIA H100 machine: four workers
+    against none is faster and closes the input gap; against two it is faster while the profiled gap was already
+    closed, so the trace cannot credit the input."""
+    from steplens.evidence.comparison import compare_records
+
+    records, before = sweep_side(pair[0])
+    _, after = sweep_side(pair[1])
+    _, row = decide.group_row(compare_records(records, baseline=f"workers={pair[0]}"), f"workers={pair[1]}")
+    d = decide.decide(before, after, row, decide.transport(records, row["uuids"]))
+    assert d["outcome"] == outcome and d["bench"]["pairs"] == 6, d["sentence"]

@@ -163,15 +163,24 @@ def attribute(
         found = launch(ev[4])
         return found[2] if found else float("-inf")
 
+    def launch_end(ev):  # when the launch call returned: the host was still submitting the work until then
+        if ev[4] is None:
+            return float("inf")
+        i = launched.get(ev[4])
+        return t.runtime[i][2] if i is not None else float("-inf")
+
+    launch_time.end = launch_end  # read by Busy, for the delays (steplens/evidence/delays.py)
     return by_step, runtime_by_step, before, outside, by_clock, launch_time
 
 
 class Busy(Merged):
-    """The GPU's merged busy intervals (as arrays), each with the launch time of the event that opens it."""
+    """The GPU's merged busy intervals (as arrays), each with the launch time of the event that opens it, and when
+    that launch call returned (opened_end: launch_time.end where it has one, else the call's start)."""
 
     def __init__(self, gpu: Sequence[tuple], launch_time: Callable[[tuple], float]):
         super().__init__()
-        self.opened_by = array("d")
+        self.opened_by, self.opened_end = array("d"), array("d")
+        launch_end = getattr(launch_time, "end", launch_time)
         self.compute = None  # the merged intervals of all but communication kernels, where the trace has those
         for _, i in sorted_pairs((ev[1], i) for i, ev in enumerate(gpu)):  # by start, file order among equal ones
             ev = gpu[int(i)]
@@ -183,6 +192,7 @@ class Busy(Merged):
                 self.starts.append(s)
                 self.ends.append(e)
                 self.opened_by.append(launch_time(ev))
+                self.opened_end.append(launch_end(ev))
 
     @property
     def merged(self) -> list[list[float]]:

@@ -27,6 +27,10 @@ from steplens.trace.timeline import COPY_CALLS, LAUNCH_CALLS, MEMSET_CALLS, WORK
 # longest inside a step (the optimizer's set-up after backward) 1.5 ms; a longer stretch is other host work.
 LAUNCH_GAP_US = 2000.0
 
+# A sync that starts this soon after a host-to-device copy call waits for that copy (with the copy ending the GPU's
+# work): its idle is the copy's.
+COPY_SYNC_US = 50.0
+
 # A sync is taken to have drained the GPU when the GPU went idle while the sync was in progress; CPU and GPU
 # clocks in a trace may disagree by a few µs, so a sync that ended this little before the GPU went idle counts.
 SYNC_SLACK_US = 20.0
@@ -73,17 +77,24 @@ class HostCalls:
         i = bisect.bisect_left(self.h2d.ends, a - 1e-3)
         return i < len(self.h2d.ends) and self.h2d.ends[i] <= a + 1e-3
 
-    def sync_at(self, a: float) -> tuple[str, float] | None:
-        """The sync that was in progress when the GPU went idle at a, as (class, how long the host waited in it):
-        class "sync", or "copy" where the work it waited for ended with a host-to-device copy (PyTorch syncs
-        after a copy from pageable memory); None when no sync was."""
+    def sync_at(self, a: float) -> tuple[str, int, float] | None:
+        """The sync that was in progress when the GPU went idle at a, as (class, its index, how long the host
+        waited in it): class "copy" where it waits for a host-to-device copy the host just made (PyTorch syncs after
+        a copy from pageable memory: the copy call ends right before the sync and the copy ends the GPU's work),
+        else "sync"; None when no sync was."""
         i = bisect.bisect_right(self.sync_starts, a) - 1
         if i < 0:
             return None
-        s, e = self.syncs[self.reach[i]]
+        k = self.reach[i]
+        s, e = self.syncs[k]
         if e < a - SYNC_SLACK_US:
             return None
-        return ("copy" if self.copy_ends_at(a) else "sync"), e - s
+        return ("copy" if self.copy_ends_at(a) and self.copy_call_before(s) else "sync"), k, e - s
+
+    def copy_call_before(self, s: float) -> bool:
+        """Whether a host-to-device copy call ended at most COPY_SYNC_US before s."""
+        i = bisect.bisect_right(self.copies.ends, s) - 1
+        return i >= 0 and s - self.copies.ends[i] <= COPY_SYNC_US
 
     def previous_launch(self, at: float) -> float:
         """The start of the last launch before at, -inf when none."""
@@ -108,8 +119,11 @@ def _minus(pieces: list[list[float]], cut: Merged) -> tuple[list[list[float]], f
 
 def idle_causes(busy: Any, idle: Iterable[Sequence[float]], host: HostCalls) -> dict[str, float]:
     """The idle intervals' time by cause (input, copy, sync, launch, host, queued), in µs; busy: attribution.Busy
-    (its merged intervals, each with the launch time of the work that opens it)."""
+    (its merged intervals, each with the launch call of the work that opens it). Each sync is charged at most the
+    time the host waited in it, over the idle that follows it until work is queued again."""
     out = dict.fromkeys(("input", "copy", "sync", "launch", "host", "queued"), 0.0)
+    budget: dict[int, float] = {}  # each sync's wait not yet charged
+    active = None  # the sync whose idle this is, until the GPU has work queued again
     for a, b in idle:
         # the host inside a host-to-device copy call holds the GPU back whether or not the copy was queued: the
         # copy's GPU work cannot start before the host has staged it
@@ -117,21 +131,24 @@ def idle_causes(busy: Any, idle: Iterable[Sequence[float]], host: HostCalls) -> 
         out["copy"] += taken
         i = bisect.bisect_left(busy.starts, b)
         launch = busy.opened_by[i] if i < len(busy.starts) else float("inf")
-        if launch <= a:  # the work that ends the gap was queued before it began: GPU-side
+        returned = busy.opened_end[i] if i < len(busy.starts) else float("inf")
+        if returned <= a:  # the work that ends the gap was submitted before the gap began: GPU-side
             out["queued"] += total(pieces)
+            active = None
             continue
         pieces, taken = _minus(pieces, host.inputs)
         out["input"] += taken
         rest = total(pieces)
         if not rest:
             continue
-        sync = host.sync_at(a)
-        if sync and sync[0] == "copy":
-            out["copy"] += rest
-            continue
-        if sync:  # without the sync the host would have gone on that much sooner: no more can it cost
-            cost = min(rest, sync[1])
-            out["sync"] += cost
+        found = host.sync_at(a)
+        if found is not None:
+            active = found
+            budget.setdefault(found[1], found[2])
+        if active is not None and budget[active[1]] > 0:  # no more than the host waited in the sync
+            cost = min(rest, budget[active[1]])
+            budget[active[1]] -= cost
+            out[active[0]] += cost
             rest -= cost
         if launch - host.previous_launch(launch) <= LAUNCH_GAP_US:
             out["launch"] += rest

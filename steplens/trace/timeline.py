@@ -82,6 +82,11 @@ SYNC_CALLS = {
 }
 
 
+# Copies that block the host until they are done, whatever their direction: a device-to-host one is a sync (ROCm's
+# .item() is a hipMemcpyWithStream, with no hipStreamSynchronize after it); a host-to-device one, a copy.
+BLOCKING_COPY_CALLS = {"cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"}
+
+
 # The CPU operators that wait for the GPU to hand a value to the host: named as a sync's origin.
 SYNC_OPS = {
     "aten::item",
@@ -193,7 +198,7 @@ def extract(
                 t.comm.add(len(t.gpu) - 1)
         elif cat in ("cuda_runtime", "cuda_driver"):
             t.runtime.append(name, s, e, args.get("correlation"))
-            if name in SYNC_CALLS:
+            if name in SYNC_CALLS or name in BLOCKING_COPY_CALLS:
                 t.sync_calls.append((name, s, e, ev.get("tid")))
         elif cat == "gpu_user_annotation":
             t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))

@@ -56,7 +56,8 @@ def test_every_page_of_the_listing_is_read_and_a_line_says_how_many(sandbox, eig
     assert result["read"]["read"] == 8 and result["read"]["matched"] == 8
     progress = [line for line in proc.stderr.splitlines() if "listing runs:" in line]
     assert [line.rsplit(": ", 1)[1] for line in progress] == ["3 of 8", "6 of 8", "8 of 8"], proc.stderr
-    assert "steplens compare: read 8 of the 8 runs in project pages\n" in proc.stderr
+    assert proc.stdout.count("read 8 of the 8") == 1, "said once, in the table's first line"
+    assert proc.stdout.startswith("Runs: read 8 of the 8 runs in project pages.")
     assert (tmp_path / "comparison.md").read_text().startswith("Runs: read 8 of the 8 runs in project pages.")
 
 
@@ -66,7 +67,7 @@ def test_limit_reads_the_newest_runs_and_says_how_many_were_left(sandbox, eight,
     assert proc.returncode == 0, proc.stderr
     result, uuids = compared(tmp_path)
     assert uuids == set(eight[3:]), "the newest five"
-    assert "read 5 of the 8 runs in project pages: the newest 5 (--limit 5)" in proc.stderr, proc.stderr
+    assert "read 5 of the 8 runs in project pages: the newest 5 (--limit 5)" in proc.stdout, proc.stdout
     assert (result["read"]["read"], result["read"]["matched"], result["read"]["limit"]) == (5, 8, 5)
 
 
@@ -79,7 +80,7 @@ def test_a_query_selects_runs_across_pages(sandbox, eight, tmp_path):
     assert proc.returncode == 0, proc.stderr
     result, uuids = compared(tmp_path)
     assert uuids == {eight[i] for i in (0, 1, 4, 5)}
-    assert f"read 4 of the 4 runs in project pages matching '{query}'" in proc.stderr, proc.stderr
+    assert f"read 4 of the 4 runs in project pages matching '{query}'" in proc.stdout, proc.stdout
     assert len([line for line in proc.stderr.splitlines() if "listing runs:" in line]) == 2
     assert result["read"]["query"] == query
 
@@ -149,10 +150,10 @@ def test_offline_runs_are_counted_and_limit_keeps_the_newest(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (
         f"read 8 of the 8 offline runs under {root}; left unread: 1 folder(s) without a finished run "
-        "(no readable run.plx.json)" in proc.stderr
-    ), proc.stderr
+        "(no readable run.plx.json)" in proc.stdout
+    ), proc.stdout
     proc = run_compare("--offline", str(root), "--limit", "4", "--out", str(tmp_path / "newest"), env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr
-    assert f"read 4 of the 8 offline runs under {root}: the newest 4 (--limit 4)" in proc.stderr, proc.stderr
+    assert f"read 4 of the 8 offline runs under {root}: the newest 4 (--limit 4)" in proc.stdout, proc.stdout
     result, uuids = compared(tmp_path / "newest")
     assert uuids == {"vm200", "vm201", "vm210", "vm211"}, "the second host's runs start an hour later"

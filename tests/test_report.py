@@ -186,3 +186,8 @@ def test_a_short_id_as_the_report_prints_it_selects_its_run(tmp_path):
     assert [r["uuid"] for r in runs] == ["b" * 32] and runs[0]["plx"]["status"] == "succeeded"
     missing = report.load_runs(str(tmp_path), ["0123abcd"])
     assert missing[0]["plx"]["status"] == "no run.plx.json", "an id that matches nothing is said to be missing"
+
+
+def test_a_batch_size_other_than_the_default_tells_rows_apart():
+    assert report.configuration({"workers": 4, "batch_size": 128}) == "--workers 4"
+    assert report.configuration({"workers": 4, "batch_size": 512}) == "--workers 4 --batch-size 512"

@@ -720,7 +720,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steplens compare: error: {e}", file=sys.stderr)
         return 1
     result["read"] = read
-    print(f"steplens compare: {read_line(read)}", file=sys.stderr)
     paths, note = write_outputs(result, args.out)
     sys.stdout.write(markdown(result))
     if note:

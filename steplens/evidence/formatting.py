@@ -9,6 +9,8 @@ from steplens.trace import kernels
 
 OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
 # Settings that every run has; any other setting that is switched on is a candidate fix worth naming.
+DEFAULT_BATCH = 128  # train.py's --batch-size default, the tutorial's: left out of a run's label
+
 BASE_SETTINGS = {
     "mode",
     "workers",
@@ -37,6 +39,8 @@ BASE_SETTINGS = {
 def configuration(settings: dict[str, Any]) -> str:
     """The run's settings as train.py flags: workers, then every candidate fix that is on."""
     flags = [f"--workers {settings.get('workers', 0)}"] if not settings.get("gpu_input") else []
+    if settings.get("batch_size") not in (None, DEFAULT_BATCH):  # what tells a batch-size study's rows apart
+        flags.append(f"--batch-size {settings['batch_size']}")
     for k in sorted(set(settings) - BASE_SETTINGS):
         v = settings[k]
         if (

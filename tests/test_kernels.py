@@ -21,7 +21,7 @@ STORED = sorted(
 
 
 def test_the_stored_h200_traces_are_there():
-    """The loops below over STORED would pass on no trace at all: 22 stored H200 traces are files today (fewer since
+    """The loops below over STORED would pass on no trace at all: 24 stored H200 traces are files today (fewer since
     2026-12-06: results/ keeps the traces a test or a page cites)."""
     assert len(STORED) >= 20, f"{len(STORED)} stored traces found under results/h200-*: did results/ move?"
 

@@ -216,7 +216,7 @@ def test_the_eager_trace_s_operators_give_the_model_s_convolution_flops():
 
 @pytest.fixture(scope="module")
 def stored_rooflines():
-    # 22 since 2026-12-06: results/ keeps the traces a test or a page cites
+    # 24 since 2026-12-06: results/ keeps the traces a test or a page cites
     assert len(STORED) >= 20, f"{len(STORED)} stored traces under results/h200-*: did results/ move?"
     out = {}
     for path in STORED:

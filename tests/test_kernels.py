@@ -21,8 +21,9 @@ STORED = sorted(
 
 
 def test_the_stored_h200_traces_are_there():
-    """The loops below over STORED would pass on no trace at all: 57 stored H200 traces are files today."""
-    assert len(STORED) >= 50, f"{len(STORED)} stored traces found under results/h200-*: did results/ move?"
+    """The loops below over STORED would pass on no trace at all: 24 stored H200 traces are files today (fewer since
+    2026-12-06: results/ keeps the traces a test or a page cites)."""
+    assert len(STORED) >= 20, f"{len(STORED)} stored traces found under results/h200-*: did results/ move?"
 
 
 OTHER_AT_MOST = 0.01  # the share of "other" allowed on the stored H200 traces (it is 0 on each of them today)

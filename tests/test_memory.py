@@ -216,7 +216,7 @@ def test_stored_h200_full_traces_obey_the_memory_invariants():
     """The stored H200 eager traces with memory events: GPU figures per step that obey the invariants, the same
     start and end in every step (the steady state), and forward and backward holding the step's peak."""
     full = [t for t in reprofile("eager") if run_json(t)["settings"]["profile_detail"] == "full"]
-    assert len(full) == 4, full
+    assert len(full) == 2, full  # one cycle of each full run is stored (workers 4 and 0) since 2026-12-06
     for trace in full:
         ev = summarize.summarize_file(trace)
         gpu = ev["memory"]["devices"]["cuda:0"]

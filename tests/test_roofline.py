@@ -216,7 +216,8 @@ def test_the_eager_trace_s_operators_give_the_model_s_convolution_flops():
 
 @pytest.fixture(scope="module")
 def stored_rooflines():
-    assert len(STORED) >= 50, f"{len(STORED)} stored traces under results/h200-*: did results/ move?"
+    # 24 since 2026-12-06: results/ keeps the traces a test or a page cites
+    assert len(STORED) >= 20, f"{len(STORED)} stored traces under results/h200-*: did results/ move?"
     out = {}
     for path in STORED:
         graphed = roofline.run_settings(path).get("batch_size")
@@ -239,7 +240,8 @@ def test_on_the_stored_h200_traces_no_class_runs_above_a_peak(stored_rooflines):
             assert 0 < c["of_limit"] <= 1, f"{path} {cls}: {c['of_limit']}"
             assert c["achieved_gbps"] is None or c["achieved_gbps"] <= c["peak_gbps"], f"{path} {cls}"
             assert c["achieved_tflops"] is None or c["achieved_tflops"] <= c["peak_tflops"], f"{path} {cls}"
-    assert checked["operators"] >= 50 and checked["model"] >= 100, checked
+    # 31 and 112 since 2026-12-06, when results/ kept fewer eager traces with shapes (it was 50 or more before)
+    assert checked["operators"] >= 30 and checked["model"] >= 100, checked
 
 
 def test_the_cli_prints_json_and_refuses_bad_input_in_one_line(tmp_path):

@@ -17,14 +17,15 @@ from steplens.evidence import report
 
 
 def stored_trace(**want):
-    """The smallest cycle-1 trace of the stored H200 profile runs whose settings match want."""
+    """The smallest trace of the stored H200 profile runs whose settings match want (either cycle: some stored runs
+    keep only one)."""
     found = []
     for path in glob.glob(os.path.join(ROOT, "results", "**", "outputs", "run.json"), recursive=True):
         with open(path) as f:
             run = json.load(f)
         s = run.get("settings") or {}
         if run.get("mode") == "profile" and all(s.get(k) == v for k, v in want.items()):
-            found += glob.glob(os.path.join(os.path.dirname(path), "traces", "trace-cycle1-*.pt.trace.json*"))
+            found += glob.glob(os.path.join(os.path.dirname(path), "traces", "trace-cycle*.pt.trace.json*"))
     if not found:
         pytest.fail(f"no stored profile run with {want} under results/")
     return min(found, key=os.path.getsize)

@@ -232,7 +232,7 @@ def input_of(r: dict[str, Any]) -> str | None:
 
 def answer_lines(profile: list[dict[str, Any]], bench: list[dict[str, Any]]) -> list[str]:
     """The report's answer: each profile's verdict, the workers' rates against workers=0, and each bench window's
-    input verdict (whether the DataLoader workers kept up, docs/EVIDENCE.md#the-dataloader-workers)."""
+    input verdict (whether the DataLoader workers kept up, docs/INPUT.md#the-dataloader-workers)."""
     return (
         [
             f"profile {r['uuid'][:8]} {configuration(settings_of(r))} on {device_of(r)}{cycles_of(r)}: {verdict_of(r)}"

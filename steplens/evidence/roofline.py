@@ -8,7 +8,7 @@
 For each kernel class (steplens/trace/kernels.py): the work (FLOPs of convolutions and matrix multiplies, bytes
 of the rest; steplens/evidence/work.py), the time the trace gives it, the achieved TFLOP/s and GB/s, the GPU's
 peaks (flops.PEAKS), the limit that binds and the share of it the class reaches. Every figure is defined in
-docs/EVIDENCE.md#the-roofline-by-kernel-class."""
+docs/KERNELS.md#the-roofline-by-kernel-class."""
 
 import argparse
 import importlib
@@ -267,7 +267,7 @@ def absent(name: str | None, reason: str | None) -> dict[str, Any]:
 
 
 def roofline(t: Trace, ops: Operators, gpu: str | None, model: Any = None, name: str = "trace") -> dict[str, Any]:
-    """The roofline of a trace's steps, per step (docs/EVIDENCE.md#the-roofline-by-kernel-class).
+    """The roofline of a trace's steps, per step (docs/KERNELS.md#the-roofline-by-kernel-class).
 
     model: the model's work (work.model_work's dict, or a function of no argument that returns it), used where
     the steps are CUDA-graph replays; without it their kernels are counted apart. Returns {"trace", "gpu",

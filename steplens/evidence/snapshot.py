@@ -10,7 +10,7 @@ device, the allocator's history: `alloc`, `free_requested`, `free_completed`, ..
 and, for allocations, `frames` of `filename`, `line`, `name`). Per device: the peak of the memory in use over
 the recorded history, and the blocks live at that peak grouped by the Python line that allocated them, each
 group classed (parameters, backward, optimizer state, activations, the input) where its frames tell it.
-docs/EVIDENCE.md defines every figure. pytorch.org/memory_viz draws the same file.
+docs/MEMORY.md defines every figure. pytorch.org/memory_viz draws the same file.
 """
 
 import argparse

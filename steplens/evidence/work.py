@@ -7,7 +7,7 @@
 FLOPs are counted for convolutions and matrix multiplies (2 per multiply-add, as FlopCounterMode does).
 Bytes are a lower bound: each input tensor read once and each output written once. A kernel that reads a
 tensor twice, or spills, moves more; the cache may serve some of it. The rules for each operator and layer:
-docs/EVIDENCE.md#the-roofline-by-kernel-class."""
+docs/KERNELS.md#the-roofline-by-kernel-class."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ collate function notes when the fetch and transforms ended and when collating en
 the batch default_collate made, untouched, with those times beside it. Batches (data.py) unwraps it in the main
 process and notes when the step asked for it and when it arrived. Every time is time.time_ns() (CLOCK_REALTIME, one
 clock for all processes): the exported trace's baseTimeNanoseconds + ts is the same clock, so into_traces can add
-one track per worker to each trace. The figures and the verdict: docs/EVIDENCE.md#the-dataloader-workers.
+one track per worker to each trace. The figures and the verdict: docs/INPUT.md#the-dataloader-workers.
 """
 
 from __future__ import annotations

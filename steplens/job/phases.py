@@ -91,7 +91,7 @@ def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
 
 def slow_save_seconds() -> float:
     """The test hook SLOW_SAVE_ENV in seconds (0 when unset): a deliberately slow save, for the tests of the
-    checkpoint phase's verdict. Documented in docs/EVIDENCE.md; no run outside the tests sets it."""
+    checkpoint phase's verdict. Documented in docs/PHASES.md; no run outside the tests sets it."""
     return hook_seconds(SLOW_SAVE_ENV)
 
 

@@ -6,7 +6,7 @@
 
 The rules (CLASSES, first match wins) were built from the kernel names of the stored NVIDIA H200 traces; a name
 no rule knows goes to "other" and is listed. Where events overlap, each instant is charged once, so the classes
-sum to the GPU busy time. The classes and both invariants: docs/EVIDENCE.md#what-the-gpu-does-kernel-classes."""
+sum to the GPU busy time. The classes and both invariants: docs/KERNELS.md#what-the-gpu-does-kernel-classes."""
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence

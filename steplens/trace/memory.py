@@ -2,7 +2,7 @@
 
 A full capture (profile_memory=True) writes one instant event per allocation and free: `name "[memory]"`,
 `cat cpu_instant_event`, args `Bytes` (negative for a free), `Total Allocated` and `Total Reserved` (the
-allocator's running totals after the event), `Device Type` (0 CPU, 1 CUDA) and `Device Id`. docs/EVIDENCE.md
+allocator's running totals after the event), `Device Type` (0 CPU, 1 CUDA) and `Device Id`. docs/MEMORY.md
 defines every figure made here."""
 
 import math

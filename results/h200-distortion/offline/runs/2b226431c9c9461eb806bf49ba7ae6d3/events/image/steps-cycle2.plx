@@ -1,2 +1,0 @@
-step|timestamp|image
-|2026-12-03 22:30:15.406900+00:00|{"path":"assets/image/steps-cycle2.png"}

@@ -286,9 +286,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OWN = {
     "GPU compute": "results/h200-distortion/offline/runs/2499ffe8056546ceaafc18189664c00a/outputs/traces/"
     "trace-cycle1-steps2-4.pt.trace.json.gz",
-    "host-side launch overhead": "results/h200-reprofile/eager/reevidence/5ad75ecce38942bb8a82409565c94b80/traces/"
+    "host-side launch overhead": "results/h200-reprofile/eager/runs/5ad75ecce38942bb8a82409565c94b80/outputs/traces/"
     "trace-cycle1-steps2-4.pt.trace.json.gz",
-    "waiting for input": "results/h200-reprofile/eager/reevidence/1b4a4006ba0d4b5289e90cc1d5cd54fc/traces/"
+    "waiting for input": "results/h200-reprofile/eager/runs/1b4a4006ba0d4b5289e90cc1d5cd54fc/outputs/traces/"
     "trace-cycle2-steps7-9.pt.trace.json.gz",
 }
 

@@ -1,2 +1,0 @@
-step|timestamp|image
-|2026-12-06 03:28:16.648218+00:00|{"path":"assets/image/steps-cycle1.png"}

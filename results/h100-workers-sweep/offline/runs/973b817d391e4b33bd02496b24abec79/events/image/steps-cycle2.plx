@@ -1,2 +1,0 @@
-step|timestamp|image
-|2026-12-06 03:27:30.869199+00:00|{"path":"assets/image/steps-cycle2.png"}

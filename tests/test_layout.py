@@ -12,7 +12,14 @@ from conftest import ROOT
 # The folders, lowest first: a module may import only from its own folder's layer or the ones before it.
 # Inside a folder, the modules' order: a module may import only modules listed before it.
 LAYERS = {
-    "steplens": ["steplens.errors", "steplens.atomic", "steplens.stats", "steplens.scopes", "steplens.polyaxonenv"],
+    "steplens": [
+        "steplens.errors",
+        "steplens.atomic",
+        "steplens.stats",
+        "steplens.scopes",
+        "steplens.polyaxonenv",
+        "steplens.text",
+    ],
     "steplens.trace": [
         "steplens.trace.intervals",
         "steplens.trace.reader",
@@ -25,6 +32,7 @@ LAYERS = {
         "steplens.trace.timeline",
     ],
     "steplens.evidence": [
+        "steplens.evidence.delays",
         "steplens.evidence.attribution",
         "steplens.evidence.diagnosis",
         "steplens.evidence.formatting",
@@ -41,6 +49,8 @@ LAYERS = {
         "steplens.evidence.comparison",
         "steplens.evidence.compare",
         "steplens.evidence.report",
+        "steplens.evidence.diff",
+        "steplens.evidence.decide",
     ],
     "steplens.speedups": [
         "steplens.speedups.options",

@@ -107,7 +107,9 @@ def input_lines(figures: dict[str, Any] | None) -> list[str]:
 
 
 def usage_line(cpu: dict[str, Any], memory: dict[str, Any] | None) -> str:
-    """A cycle's CPU use and host memory, read at its edges, in one line (docs/INPUT.md#cpu-use-and-host-memory-per-profiled-cycle)."""
+    """A cycle's CPU use and host memory, read at its edges, in one line.
+
+    (docs/INPUT.md#cpu-use-and-host-memory-per-profiled-cycle)"""
     said = f"CPU: {cpu['cpu_sentence']}"
     if memory and memory.get("pss_peak_mb") is not None:
         whose = "main process and workers" if cpu.get("workers_cpu_s") else "main process"

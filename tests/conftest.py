@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from filelock import FileLock  # installed with torch (one of its requirements)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -80,23 +81,46 @@ def single_run(offline_root):
     return runs[0], os.path.join(str(offline_root), "runs", runs[0], "outputs")
 
 
+def shared_run(tmp_path_factory, name, start):
+    """The run start(root) makes, made once per test run: under pytest-xdist every worker has its own session, so
+    the first worker to ask makes it in the workers' common temp folder and the others read what it recorded."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder the workers' own temp folders share
+    root, record = base / name, base / f"{name}.json"
+    with FileLock(str(base / f"{name}.lock")):
+        if not record.exists():
+            root.mkdir()
+            proc = start(root)
+            keep = {"args": [str(a) for a in proc.args], "returncode": proc.returncode}
+            record.write_text(json.dumps({**keep, "stdout": proc.stdout, "stderr": proc.stderr}))
+        done = json.loads(record.read_text())
+    proc = subprocess.CompletedProcess(done["args"], done["returncode"], done["stdout"], done["stderr"])
+    return root, proc
+
+
+def shared_offline_run(tmp_path_factory, name, start):
+    root, proc = shared_run(tmp_path_factory, name, start)
+    assert proc.returncode == 0, f"{name} run failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
 @pytest.fixture(scope="session")
 def profile_run(tmp_path_factory):
     """One real CPU profile-mode run, shared by the tests that read its artifacts."""
-    root = tmp_path_factory.mktemp("offline-profile")
-    proc = run_train(["--mode", "profile", *TINY], root)
-    assert proc.returncode == 0, f"profile run failed:\n{proc.stdout}\n{proc.stderr}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory, "offline-profile", lambda root: run_train(["--mode", "profile", *TINY], root)
+    )
 
 
 @pytest.fixture(scope="session")
 def bench_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("offline-bench")
-    proc = run_train(["--mode", "bench", "--bench-steps", "3", *TINY], root)
-    assert proc.returncode == 0, f"bench run failed:\n{proc.stdout}\n{proc.stderr}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory,
+        "offline-bench",
+        lambda root: run_train(["--mode", "bench", "--bench-steps", "3", *TINY], root),
+    )
 
 
 # Rank 1 sleeps this long in every input/next_batch: far beyond the step-to-step noise of a busy 2-CPU machine,
@@ -108,20 +132,18 @@ SLOW = ["--slow-rank", "1", "--slow-input-ms", str(SLOW_MS)]
 @pytest.fixture(scope="session")
 def ddp_profile(tmp_path_factory):
     """Two ranks profiled, rank 1 a straggler on purpose (SLOW_MS inside input/next_batch)."""
-    root = tmp_path_factory.mktemp("ddp-profile")
-    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
-    assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory, "ddp-profile", lambda root: run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
+    )
 
 
 @pytest.fixture(scope="session")
 def ddp_bench(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp-bench")
-    proc = run_torchrun(["--ddp", "--mode", "bench", "--bench-steps", "3", *TINY, *SLOW], root)
-    assert proc.returncode == 0, f"ddp bench failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory,
+        "ddp-bench",
+        lambda root: run_torchrun(["--ddp", "--mode", "bench", "--bench-steps", "3", *TINY, *SLOW], root),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -134,3 +156,11 @@ def sandbox(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (--dist loadgroup, make test): the tests on a Polyaxon server share one worker, and so one
+    server, rather than each worker starting its own."""
+    for item in items:
+        if "sandbox" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("sandbox"))

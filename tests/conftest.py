@@ -158,9 +158,38 @@ def sandbox(tmp_path_factory):
         server.stop()
 
 
+# Fixtures whose tests run on one xdist worker (--dist loadgroup, make test), beside every module-scoped fixture:
+# a Polyaxon server per worker would start twice, and each worker would read the stored traces again.
+ONE_WORKER = ("sandbox", "stored_evidence")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (--dist loadgroup, make test): the tests on a Polyaxon server share one worker, and so one
-    server, rather than each worker starting its own."""
+    """Under pytest-xdist each worker has its own session: a module-scoped fixture (a module's own train.py runs)
+    would be made again by every worker that runs one of its tests. The tests that share a module-scoped fixture
+    or one of ONE_WORKER, directly or through another test, form one xdist group, run by one worker."""
+    parent = {}
+
+    def find(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    keyed = []
     for item in items:
-        if "sandbox" in item.fixturenames:
-            item.add_marker(pytest.mark.xdist_group("sandbox"))
+        keys = [name for name in ONE_WORKER if name in item.fixturenames]
+        info = getattr(item, "_fixtureinfo", None)
+        for name, defs in (info.name2fixturedefs if info else {}).items():
+            if defs and defs[-1].scope == "module":
+                keys.append(f"{defs[-1].baseid}::{name}")
+        for key in keys:
+            parent[find(key)] = find(keys[0])
+        keyed.append((item, keys))
+    names = {}
+    for key in sorted(parent):  # a group is named after one of ONE_WORKER where it holds one
+        root = find(key)
+        if root not in names or key in ONE_WORKER:
+            names[root] = key.replace("::", "-")
+    for item, keys in keyed:
+        if keys:
+            item.add_marker(pytest.mark.xdist_group(names[find(keys[0])]))

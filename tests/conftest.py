@@ -147,6 +147,22 @@ def ddp_bench(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def stored_evidence():
+    """summarize_file(path) of a stored trace (results/), read once per session: several test files check their
+    own properties on the same 60-odd stored traces. The evidence is shared: read it, never change it."""
+    from steplens.evidence import summarize
+
+    cache = {}
+
+    def evidence(path):
+        if path not in cache:
+            cache[path] = summarize.summarize_file(path)
+        return cache[path]
+
+    return evidence
+
+
+@pytest.fixture(scope="session")
 def sandbox(tmp_path_factory):
     """A real Polyaxon server (haupt sandbox) on 127.0.0.1, started and stopped by the tests."""
     from polyaxon_support import Sandbox

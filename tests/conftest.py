@@ -20,6 +20,9 @@ def polyaxon_env(offline_root, **extra):
             del env[k]
     env.update(
         POLYAXON_OFFLINE_ROOT=str(offline_root),
+        # One intra-op thread: the tests' runs are tiny, and two test processes share the CI machine's 2 CPUs
+        # (2 threads each spin against each other: a profile run took 25 s of CPU with 2 threads, 18 s with 1)
+        OMP_NUM_THREADS="1",
         POLYAXON_TRACKING_FLUSH_DELAY="0",
         POLYAXON_DISABLE_ERRORS_REPORTING="true",
         COLUMNS="500",
@@ -58,7 +61,7 @@ def run_torchrun(args, offline_root, nproc=2, timeout=600, **env):
     return subprocess.run(
         cmd,
         cwd=ROOT,
-        env=polyaxon_env(offline_root, OMP_NUM_THREADS="1", **env),
+        env=polyaxon_env(offline_root, **env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,6 +1,7 @@
 # make run     the main job on this machine: profile and bench, workers 0 and 4, tracked offline;
 #              ends with the bench rates, the trace evidence and the traces to open (steplens report)
-# make test    the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1)
+# make test    the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1), on TEST_WORKERS
+#              processes (pytest-xdist, 2 by default: the CI machine's cores); ends with the ten slowest tests
 # make lint    ruff: the format check and the linter (line length 120)
 # make viewer  Polyaxon's UI over the local runs, on 127.0.0.1:8001, with its scripts served locally
 # make mutation  mutation testing of the core (mutmut, one module after another, one worker; MODULES="stats verdict"
@@ -8,6 +9,7 @@
 # All build .venv from requirements-dev.txt first (6.2 GB: torch brings its CUDA libraries even on
 # a CPU-only machine); it is rebuilt when that file or pyproject.toml changes.
 PYTHON ?= python3
+TEST_WORKERS ?= 2
 VENV := .venv
 BIN := $(VENV)/bin
 # pyproject.toml too: its console command and extras are installed with the package (-e . in requirements-dev.txt)
@@ -34,7 +36,7 @@ compare: $(STAMP)
 	$(BIN)/steplens compare --offline .polyaxon-offline --out results/local
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10 tests
 
 mutation: $(STAMP)
 	$(BIN)/python scripts/mutation.py $(MODULES)

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from filelock import FileLock  # installed with torch (one of its requirements)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -19,6 +20,9 @@ def polyaxon_env(offline_root, **extra):
             del env[k]
     env.update(
         POLYAXON_OFFLINE_ROOT=str(offline_root),
+        # One intra-op thread: the tests' runs are tiny, and two test processes share the CI machine's 2 CPUs
+        # (2 threads each spin against each other: a profile run took 25 s of CPU with 2 threads, 18 s with 1)
+        OMP_NUM_THREADS="1",
         POLYAXON_TRACKING_FLUSH_DELAY="0",
         POLYAXON_DISABLE_ERRORS_REPORTING="true",
         COLUMNS="500",
@@ -57,7 +61,7 @@ def run_torchrun(args, offline_root, nproc=2, timeout=600, **env):
     return subprocess.run(
         cmd,
         cwd=ROOT,
-        env=polyaxon_env(offline_root, OMP_NUM_THREADS="1", **env),
+        env=polyaxon_env(offline_root, **env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -80,23 +84,46 @@ def single_run(offline_root):
     return runs[0], os.path.join(str(offline_root), "runs", runs[0], "outputs")
 
 
+def shared_run(tmp_path_factory, name, start):
+    """The run start(root) makes, made once per test run: under pytest-xdist every worker has its own session, so
+    the first worker to ask makes it in the workers' common temp folder and the others read what it recorded."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder the workers' own temp folders share
+    root, record = base / name, base / f"{name}.json"
+    with FileLock(str(base / f"{name}.lock")):
+        if not record.exists():
+            root.mkdir()
+            proc = start(root)
+            keep = {"args": [str(a) for a in proc.args], "returncode": proc.returncode}
+            record.write_text(json.dumps({**keep, "stdout": proc.stdout, "stderr": proc.stderr}))
+        done = json.loads(record.read_text())
+    proc = subprocess.CompletedProcess(done["args"], done["returncode"], done["stdout"], done["stderr"])
+    return root, proc
+
+
+def shared_offline_run(tmp_path_factory, name, start):
+    root, proc = shared_run(tmp_path_factory, name, start)
+    assert proc.returncode == 0, f"{name} run failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+
+
 @pytest.fixture(scope="session")
 def profile_run(tmp_path_factory):
     """One real CPU profile-mode run, shared by the tests that read its artifacts."""
-    root = tmp_path_factory.mktemp("offline-profile")
-    proc = run_train(["--mode", "profile", *TINY], root)
-    assert proc.returncode == 0, f"profile run failed:\n{proc.stdout}\n{proc.stderr}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory, "offline-profile", lambda root: run_train(["--mode", "profile", *TINY], root)
+    )
 
 
 @pytest.fixture(scope="session")
 def bench_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("offline-bench")
-    proc = run_train(["--mode", "bench", "--bench-steps", "3", *TINY], root)
-    assert proc.returncode == 0, f"bench run failed:\n{proc.stdout}\n{proc.stderr}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory,
+        "offline-bench",
+        lambda root: run_train(["--mode", "bench", "--bench-steps", "3", *TINY], root),
+    )
 
 
 # Rank 1 sleeps this long in every input/next_batch: far beyond the step-to-step noise of a busy 2-CPU machine,
@@ -108,20 +135,34 @@ SLOW = ["--slow-rank", "1", "--slow-input-ms", str(SLOW_MS)]
 @pytest.fixture(scope="session")
 def ddp_profile(tmp_path_factory):
     """Two ranks profiled, rank 1 a straggler on purpose (SLOW_MS inside input/next_batch)."""
-    root = tmp_path_factory.mktemp("ddp-profile")
-    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
-    assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory, "ddp-profile", lambda root: run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
+    )
 
 
 @pytest.fixture(scope="session")
 def ddp_bench(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ddp-bench")
-    proc = run_torchrun(["--ddp", "--mode", "bench", "--bench-steps", "3", *TINY, *SLOW], root)
-    assert proc.returncode == 0, f"ddp bench failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return shared_offline_run(
+        tmp_path_factory,
+        "ddp-bench",
+        lambda root: run_torchrun(["--ddp", "--mode", "bench", "--bench-steps", "3", *TINY, *SLOW], root),
+    )
+
+
+@pytest.fixture(scope="session")
+def stored_evidence():
+    """summarize_file(path) of a stored trace (results/), read once per session: several test files check their
+    own properties on the same 60-odd stored traces. The evidence is shared: read it, never change it."""
+    from steplens.evidence import summarize
+
+    cache = {}
+
+    def evidence(path):
+        if path not in cache:
+            cache[path] = summarize.summarize_file(path)
+        return cache[path]
+
+    return evidence
 
 
 @pytest.fixture(scope="session")
@@ -134,3 +175,40 @@ def sandbox(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+# Fixtures whose tests run on one xdist worker (--dist loadgroup, make test), beside every module-scoped fixture:
+# a Polyaxon server per worker would start twice, and each worker would read the stored traces again.
+ONE_WORKER = ("sandbox", "stored_evidence")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist each worker has its own session: a module-scoped fixture (a module's own train.py runs)
+    would be made again by every worker that runs one of its tests. The tests that share a module-scoped fixture
+    or one of ONE_WORKER, directly or through another test, form one xdist group, run by one worker."""
+    parent = {}
+
+    def find(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    keyed = []
+    for item in items:
+        keys = [name for name in ONE_WORKER if name in item.fixturenames]
+        info = getattr(item, "_fixtureinfo", None)
+        for name, defs in (info.name2fixturedefs if info else {}).items():
+            if defs and defs[-1].scope == "module":
+                keys.append(f"{defs[-1].baseid}::{name}")
+        for key in keys:
+            parent[find(key)] = find(keys[0])
+        keyed.append((item, keys))
+    names = {}
+    for key in sorted(parent):  # a group is named after one of ONE_WORKER where it holds one
+        root = find(key)
+        if root not in names or key in ONE_WORKER:
+            names[root] = key.replace("::", "-")
+    for item, keys in keyed:
+        if keys:
+            item.add_marker(pytest.mark.xdist_group(names[find(keys[0])]))

@@ -143,6 +143,7 @@ class Sandbox:
             POLYAXON_UI_IN_SANDBOX="true",
             COLUMNS="500",
             POLYAXON_TRACKING_FLUSH_DELAY="0",
+            OMP_NUM_THREADS="1",  # as conftest.polyaxon_env: one intra-op thread for the runs it starts
             PATH=BIN + os.pathsep + env.get("PATH", ""),
         )
         env.update(extra)

@@ -183,14 +183,14 @@ def test_the_undamaged_traces_have_no_damage(cpu_doc, gpu_doc):
         assert base["damage"] == [] and base["damage_withheld"] is None
 
 
-def test_stored_traces_have_no_damage_and_no_launch_without_its_gpu_work():
+def test_stored_traces_have_no_damage_and_no_launch_without_its_gpu_work(stored_evidence):
     """Every stored H200 trace, both cycles: nothing damaged, every launch's GPU record present."""
     found = sorted(glob.glob(os.path.join(ROOT, "results", "**", "*.pt.trace.json.gz"), recursive=True))
     found = [p for p in found if not os.path.islink(p)]
     # 24 since 2026-12-06: results/ keeps the traces a test or a page cites
     assert len(found) >= 20, f"only {len(found)} stored traces found: did results/ move?"
     for path in found:
-        ev = summarize.summarize_file(path)
+        ev = stored_evidence(path)
         assert ev["damage"] == [], (path, ev["damage"])
         assert ev["window"]["launches_without_gpu_work"] == 0 < ev["window"]["gpu_work_launches"], path
 

@@ -268,9 +268,9 @@ def test_a_cpu_only_trace_has_no_kernel_classes():
 
 
 @pytest.fixture(scope="module")
-def stored():
+def stored(stored_evidence):
     assert STORED, "no stored H200 traces under results/h200-*"
-    return {p: summarize.summarize_file(p) for p in STORED}
+    return {p: stored_evidence(p) for p in STORED}
 
 
 def test_on_the_stored_h200_traces_the_classes_sum_to_each_step_s_gpu_work(stored):

@@ -212,25 +212,25 @@ def test_a_real_cpu_profile_trace_obeys_the_memory_invariants(profile_run):
         assert all(s["allocated_peak"] > s["allocated_start"] for s in steps)
 
 
-def test_stored_h200_full_traces_obey_the_memory_invariants():
+def test_stored_h200_full_traces_obey_the_memory_invariants(stored_evidence):
     """The stored H200 eager traces with memory events: GPU figures per step that obey the invariants, the same
     start and end in every step (the steady state), and forward and backward holding the step's peak."""
     full = [t for t in reprofile("eager") if run_json(t)["settings"]["profile_detail"] == "full"]
     assert len(full) == 2, full  # one cycle of each full run is stored (workers 4 and 0) since 2026-12-06
     for trace in full:
-        ev = summarize.summarize_file(trace)
+        ev = stored_evidence(trace)
         gpu = ev["memory"]["devices"]["cuda:0"]
         assert check_invariants(ev) >= 6
         assert len({(s["allocated_start"], s["allocated_end"]) for s in gpu["steps"]}) == 1, trace
         assert all(s["scopes"][FORWARD_BACKWARD]["allocated_peak"] == s["allocated_peak"] for s in gpu["steps"])
 
 
-def test_stored_lean_traces_have_no_memory_figures():
+def test_stored_lean_traces_have_no_memory_figures(stored_evidence):
     """The stored lean H200 traces (no profile_memory) carry no memory events, and say so."""
     lean = [t for t in reprofile("eager") if run_json(t)["settings"]["profile_detail"] == "lean"]
     assert lean
     for trace in lean:
-        assert summarize.summarize_file(trace)["memory"]["null_reason"] == memory.NO_EVENTS
+        assert stored_evidence(trace)["memory"]["null_reason"] == memory.NO_EVENTS
 
 
 def test_bench_on_the_cpu_records_no_peak_memory_and_says_why(bench_run):

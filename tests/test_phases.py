@@ -17,7 +17,10 @@ from steplens.trace import reader
 
 # lean: the profiler's own cost stays small beside a deliberately slow save on a shared 2-CPU machine
 LEAN = ["--profile-detail", "lean"]
-SLOW_SAVE_MS = 4000  # far beyond a tiny CPU step, so that the save is the largest part of the step
+# Far beyond a tiny CPU step, so that the save is the largest part of the step: at batch 1 a step's forward and
+# backward take 0.5-1.5 s on a busy 2-CPU machine, so the 3 of a cycle stay well under one save, the cycle's only one.
+SLOW_SAVE_MS = 5000
+ONE = [*TINY[: TINY.index("--batch-size")], "--batch-size", "1", *TINY[TINY.index("--batch-size") + 2 :]]
 
 
 def read_json(path):
@@ -44,7 +47,7 @@ def slow_save(tmp_path_factory):
     """One tiny CPU capture of the checkpoint phase whose every save sleeps SLOW_SAVE_MS (the test hook)."""
     root = tmp_path_factory.mktemp("phase-checkpoint")
     proc = run_train(
-        ["--mode", "profile", "--profile-phase", "checkpoint", *TINY, *LEAN],
+        ["--mode", "profile", "--profile-phase", "checkpoint", *ONE, *LEAN],
         root,
         STEPLENS_TEST_SLOW_SAVE_MS=str(SLOW_SAVE_MS),
     )

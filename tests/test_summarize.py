@@ -497,12 +497,12 @@ def test_stored_traces_stream_to_the_same_evidence_as_json_load():
     )
 
 
-def test_stored_graph_traces_count_the_same_kernels_in_every_replay():
+def test_stored_graph_traces_count_the_same_kernels_in_every_replay(stored_evidence):
     """Every replay runs the same graphs: per-step kernel counts are equal within and across cycles
     (414 fp32, 340 with the best option set), and the work launched before the trace is charged to none."""
     counts = {}
     for t in graph_traces():
-        ev = summarize.summarize_file(t)
+        ev = stored_evidence(t)
         per_step = [s["kernels"]["count"] for s in ev["steps"]]
         assert len(set(per_step)) == 1, f"{t}: {per_step}"
         assert ev["launched_before_trace"]["kernels"] > 0 and ev["cpu_runs_ahead"], t
@@ -520,11 +520,11 @@ def reprofile(kind):
     return found
 
 
-def test_stored_traces_keep_gpu_work_within_the_gpu_span():
+def test_stored_traces_keep_gpu_work_within_the_gpu_span(stored_evidence):
     """On every stored H200 trace: each complete step's GPU work <= its GPU span, and the window's too;
     the last step's slot is open, its span null with the reason."""
     for t in stored() + reprofile("graph"):
-        ev = summarize.summarize_file(t)
+        ev = stored_evidence(t)
         h = diagnosis.headline(ev)
         assert h["gpu_work_ms_per_step"] is not None and h["gpu_work_ms_per_step"] <= h["gpu_span_ms_per_step"], t
         for s in ev["steps"][:-1]:
@@ -535,14 +535,14 @@ def test_stored_traces_keep_gpu_work_within_the_gpu_span():
         assert ev["window"]["gpu_slots"] == len(ev["steps"]) - 1, t
 
 
-def test_stored_cpu_bound_traces_read_a_gpu_span_per_step_near_the_step():
+def test_stored_cpu_bound_traces_read_a_gpu_span_per_step_near_the_step(stored_evidence):
     """CPU-bound eager windows (cpu_steps basis): the GPU span per step is the step, give or take the
     steps' own spread. Ending the last step's slot at its last GPU event read 86.1 ms against a 119.5 ms
     step (workers=0) and 64.1 against 88.4: its slot is open, so the mean is over the complete slots."""
     chosen = stored() + reprofile("eager")
     checked = 0
     for t in chosen:
-        ev = summarize.summarize_file(t)
+        ev = stored_evidence(t)
         if ev["idle_basis"] != "cpu_steps":
             continue
         checked += 1
@@ -555,22 +555,22 @@ def test_stored_cpu_bound_traces_read_a_gpu_span_per_step_near_the_step():
     assert checked >= 6 and any("cd710336" in t for t in chosen) and any("a3a10a8e" in t for t in chosen)
 
 
-def test_launching_scope_agrees_with_the_gpu_annotations_of_graph_replays():
+def test_launching_scope_agrees_with_the_gpu_annotations_of_graph_replays(stored_evidence):
     """Graph replays are launched from the main thread: each scope's launched work fits in its
     gpu_user_annotation span on the GPU track, scope for scope. (Eager steps launch the backward pass
     from autograd's own thread, which the annotation does not follow: there the CPU scope decides.)"""
     for t in graph_traces():
-        for s in summarize.summarize_file(t)["steps"]:
+        for s in stored_evidence(t)["steps"]:
             assert set(s["gpu_annotation_us"]) == set(s["gpu_work_by_scope_us"]), (t, s["step"])
             for sc, span in s["gpu_annotation_us"].items():
                 assert s["gpu_work_by_scope_us"][sc] <= span + attribution.EPS_US, (t, s["step"], sc)
 
 
-def test_stored_gpu_bound_traces_idle_on_the_gpu_timeline_not_the_cpu_steps():
+def test_stored_gpu_bound_traces_idle_on_the_gpu_timeline_not_the_cpu_steps(stored_evidence):
     """A run at 100% of its kernel-time limit (--cuda-graph): the idle share comes from the GPU's timeline,
     no step reads fully idle, and no idle is an input wait (the work was queued long before)."""
     for t in graph_traces():
-        ev = summarize.summarize_file(t)
+        ev = stored_evidence(t)
         assert ev["idle_basis"] == "gpu_timeline" and ev["gpu_idle_share"] < 0.15, (t, ev["gpu_idle_share"])
         assert all(s["gpu_idle_share"] < 0.15 for s in ev["steps"][:-1]), t
         assert ev["steps"][-1]["gpu_idle_share"] is None, "the last step's slot is open: no GPU-timeline figures"
@@ -599,14 +599,14 @@ def bench_gpu_ms(profile_trace):
 PROFILED_GPU_SLOWDOWN = 1.05
 
 
-def test_stored_gpu_work_per_step_stays_within_the_event_timed_gpu_time():
+def test_stored_gpu_work_per_step_stays_within_the_event_timed_gpu_time(stored_evidence):
     """GPU work launched per step (trace) <= GPU time per step of back-to-back replays timed by CUDA events
     (bench runs of the same settings), within the profiler's own slowdown: the old fallback read 2.69 ms
     for the best set against 2.47 ms event-timed, which is impossible."""
     for t in graph_traces():
         limits = bench_gpu_ms(t)
         assert len(limits) >= 2, f"{t}: no bench runs with its settings"
-        work = diagnosis.headline(summarize.summarize_file(t))["gpu_work_ms_per_step"]
+        work = diagnosis.headline(stored_evidence(t))["gpu_work_ms_per_step"]
         assert work <= min(limits) * PROFILED_GPU_SLOWDOWN, (t, work, limits)
         assert work > 0.8 * min(limits), "the work launched per step is most of the GPU's time per step"
 

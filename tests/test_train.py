@@ -8,7 +8,7 @@ import urllib.error
 
 import pytest
 import torch
-from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
+from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, shared_offline_run, single_run
 
 import train
 from steplens import atomic, errors, scopes
@@ -124,11 +124,19 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
         assert ("after cycle 1's trace was written" in text) == (c["cycle"] == 2)
 
 
-def test_lean_profile_records_no_shapes_memory_or_stacks(tmp_path):
+@pytest.fixture(scope="module")
+def lean_profile_run(tmp_path_factory):
+    """One --profile-detail lean profile run, made once for the tests below whichever worker runs them."""
+    return shared_offline_run(
+        tmp_path_factory,
+        "offline-lean-profile",
+        lambda root: run_train(["--mode", "profile", "--profile-detail", "lean", *TINY], root),
+    )
+
+
+def test_lean_profile_records_no_shapes_memory_or_stacks(lean_profile_run):
     """--profile-detail lean: no Python-function slices, no input shapes, no memory events in the trace."""
-    proc = run_train(["--mode", "profile", "--profile-detail", "lean", *TINY], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    _, outputs = single_run(tmp_path)
+    outputs = lean_profile_run["outputs"]
     results = read_json(os.path.join(outputs, "run.json"))["results"]
     assert results["profile_detail"] == "lean" and not any(results["options"].values())
     trace = sorted(glob.glob(os.path.join(outputs, "traces", "*.pt.trace.json.gz")))[0]
@@ -568,10 +576,7 @@ def test_full_profile_traces_nest_for_every_perfetto(profile_run):
     assert all(c["perfetto"]["violations_before"] > 0 and c["perfetto"]["clipped"] > 0 for c in cycles), cycles
 
 
-def test_lean_profile_traces_nest_for_every_perfetto(tmp_path):
+def test_lean_profile_traces_nest_for_every_perfetto(lean_profile_run):
     """--profile-detail lean has no Python slices: nothing to clip, and every slice nests."""
-    proc = run_train(["--mode", "profile", "--profile-detail", "lean", *TINY], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    _, outputs = single_run(tmp_path)
-    cycles = assert_traces_nest_for_perfetto(outputs)
+    cycles = assert_traces_nest_for_perfetto(lean_profile_run["outputs"])
     assert all(c["perfetto"]["clipped"] == 0 for c in cycles)

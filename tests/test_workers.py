@@ -247,8 +247,8 @@ def test_a_slow_transform_makes_the_verdict_name_the_workers(slow):
     assert slow["outputs"]["input_workers_limit"] is True
 
 
-def test_without_workers_the_main_process_makes_the_figures(tmp_path_factory):
-    figures = bench(tmp_path_factory, "workers-none", 0)["run"]["results"]["input"]
+def test_without_workers_the_main_process_makes_the_figures(bench_run):
+    figures = run_json(bench_run["outputs"])["results"]["input"]  # the shared bench run loads in the main process
     records = rows(figures)
     check_order(records)
     assert {r["worker"] for r in records} == {-1} and len({r["pid"] for r in records}) == 1

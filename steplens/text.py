@@ -15,6 +15,18 @@ def _escape(ch: str) -> str:
     return f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
+def is_control(ch: str) -> bool:
+    """A character that acts on a terminal or breaks an encoder: C0, DEL, C1, a lone surrogate, a bidirectional
+    override or isolate. Other non-printable characters (no-break and ideographic spaces, joiners) are text."""
+    n = ord(ch)
+    return n < 0x20 or 0x7F <= n <= 0x9F or 0xD800 <= n <= 0xDFFF or 0x202A <= n <= 0x202E or 0x2066 <= n <= 0x2069
+
+
+def has_control(s: str) -> bool:
+    """Whether s holds a character is_control names."""
+    return not s.isprintable() and any(is_control(ch) for ch in s)
+
+
 def safe_text(s: str) -> str:
     """s with every character that is not printable escaped (newlines and tabs too): one line, always encodable."""
     if s.isprintable():

@@ -78,3 +78,15 @@ def test_safe_text_escapes_what_is_not_printable_and_keeps_the_rest():
     assert safe_text("gemm<128>") == "gemm<128>"
     assert safe_text("a\x00b\x9b\u202ec\U000e0001") == "a\\x00b\\x9b\\u202ec\\U000e0001"
     assert safe_text("\ud800") == "\\ud800" and safe_text("é ü") == "é ü"
+
+
+def test_text_that_is_not_ascii_is_no_damage_and_a_bell_outside_the_scopes_withholds_nothing():
+    """A no-break space, an ideographic space or a joiner in a user's own annotation is text, not damage; a control
+    character in an annotation the figures never read is named, and the verdict stays."""
+    for name in ("my\u00a0scope", "\u30c7\u30fc\u30bf\u3000\u8aad\u307f\u8fbc\u307f", "a\u200db"):
+        code, out, _ = run(trace(scope=name), "--json")
+        ev = json.loads(out)
+        assert code == 0 and ev["damage"] == [] and ev["verdict"]["stage"] is not None, name
+    code, out, _ = run(trace(scope="odd\x07name"), "--json")
+    ev = json.loads(out)
+    assert [d["kind"] for d in ev["damage"]] == ["unprintable_name"] and ev["damage_withheld"] is None

@@ -12,6 +12,8 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from steplens.scopes import KNOWN
+from steplens.text import has_control, is_control
 from steplens.trace.spill import SortedRecords
 
 # kind: (what it is, what the reader did)
@@ -45,8 +47,9 @@ KINDS = {
     "gpu_outside_capture": ("GPU events outside the profiler's capture, or longer than it", "kept"),
     "capture_cut": ("captures whose launch calls stop before their last step ends (their end lost its events)", "kept"),
     "thin_step": (
-        "ProfilerStep slices with under half the launch calls of their busiest sibling (events lost)",
-        "kept",
+        "ProfilerStep slices with under half the kernel launches of their busiest sibling (events lost, or a step "
+        "that does other work: gradient accumulation, validation)",
+        "kept: named, not withheld, since a sound loop can have such steps",
     ),
     "capture_missing": (
         "profiler exports without the profiler's capture span, among the last events it writes (the end is lost)",
@@ -169,7 +172,7 @@ def check_complete(ev: dict[str, Any], damage: Damage) -> tuple[float, float] | 
         damage.add("negative_duration", ev, touches)
         return None
     name = ev["name"]
-    if not name.isprintable() and not name.startswith(STEP_PREFIX):  # a step's name: timeline.step_number
+    if has_control(name) and not name.startswith(STEP_PREFIX):  # a step's name: timeline.step_number
         damage.add("unprintable_name", ev, name_touches(ev.get("cat"), name))
     if "string_number" in (ts_kind, dur_kind):
         damage.add("string_number", ev, touches)
@@ -180,15 +183,21 @@ STEP_PREFIX = "ProfilerStep"
 NAME_CATS = frozenset(("user_annotation", "gpu_user_annotation", "cuda_runtime", "cuda_driver"))
 GPU_NAME_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
 NAME_WORDS = ("nccl", "htod")  # what a GPU event's name decides: communication (NCCL), a host-to-device copy
+LOADER_PREFIX = "enumerate(DataLoader)#"  # the DataLoader's own annotation, read as the input source
 
 
 def name_touches(cat: Any, name: str) -> bool:
-    """Whether an unprintable name changes a figure: a step's, a scope's or a launch's name is read by name; a GPU
-    event's only labels its class, unless the damage splits a word that decides what it is (NCCL, HtoD)."""
-    if cat in NAME_CATS:
+    """Whether an unprintable name changes a figure: a scope's or a launch's name is read by name (a damaged one
+    reads as another name); a GPU event's only labels its class, unless the damage splits a word that decides what it
+    is (NCCL, HtoD); any other user annotation is read only when named by --input-scope or --step-scope, where a
+    name not found is an error."""
+    if cat in ("cuda_runtime", "cuda_driver"):
         return True
+    if cat in ("user_annotation", "gpu_user_annotation"):
+        clean = "".join(ch for ch in name if not is_control(ch))
+        return clean in KNOWN or clean.startswith(LOADER_PREFIX)
     if cat in GPU_NAME_CATS:
-        clean = "".join(ch for ch in name if ch.isprintable()).lower()
+        clean = "".join(ch for ch in name if not is_control(ch)).lower()
         return any((w in clean) != (w in name.lower()) for w in NAME_WORDS)
     return False
 

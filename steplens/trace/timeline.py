@@ -274,7 +274,9 @@ def coverage_damage(t: Trace) -> None:
     steps = sorted(t.steps, key=lambda step: step[1])
     starts = [s for _, s, _ in steps]
     calls = [0] * len(steps)
-    for s in t.runtime.start:
+    for name, s, _, _ in t.runtime:
+        if name not in LAUNCH_CALLS:
+            continue
         k = bisect.bisect_right(starts, s) - 1
         if k >= 0 and s < steps[k][2]:
             calls[k] += 1
@@ -282,12 +284,12 @@ def coverage_damage(t: Trace) -> None:
         most = max(calls[:k] + calls[k + 1 :], default=0)
         if most >= THIN_MIN_CALLS and calls[k] < THIN_SHARE * most:
             ev = {"name": f"ProfilerStep#{num}", "ts": s, "dur": e - s, "launch_calls": calls[k], "sibling": most}
-            t.damage.add("thin_step", ev, True)
+            t.damage.add("thin_step", ev, False)  # gradient accumulation, a validation step: sound loops do this
 
 
 PROFILER_ARG = "Ev Idx"  # torch.profiler's number of each CPU event, on every step it exports
 CUT_SHARE = 0.25  # launch calls that stop this share of a median step before the last step ends: the end was lost
-THIN_SHARE = 0.5  # a step with under this share of its busiest sibling's launch calls lost some
+THIN_SHARE = 0.5  # a step with under this share of its busiest sibling's kernel launches lost some, or did other work
 THIN_MIN_CALLS = 20  # ...where that sibling has this many: a few calls more or less are no pattern
 
 

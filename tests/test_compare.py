@@ -737,7 +737,7 @@ def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, 
     train.py's env_* outputs make every run.json download unnecessary."""
     sandbox.cli("project", "create", "--name", "study")
     for uuid in os.listdir(offline_study / "runs"):
-        sandbox.cli("ops", "push", "-uid", uuid, "--path", str(offline_study), "--reset-project", "-p", "study")
+        push_run(sandbox, "study", uuid, offline_study)
     proc = run_compare("-p", "study", "--out", str(tmp_path), env=sandbox.env())
     assert proc.returncode == 0, proc.stderr
     assert "no machine facts" not in proc.stderr, "no run.json download was needed"
@@ -756,14 +756,18 @@ def push_stored_runs(sandbox, project, uuids, root):
         shutil.copytree(os.path.join(ROOT, "results", "h200", "offline", "runs", uuid), root / "runs" / uuid)
     sandbox.cli("project", "create", "--name", project)
     for uuid in uuids:
-        for _ in range(3):  # a push the sandbox answered with 405 can still exit 0: check that the run arrived
-            sandbox.cli("ops", "push", "-uid", uuid, "--path", str(root), "--reset-project", "-p", project)
-            listed = sandbox.run_client(project).list(limit=100).results or []
-            if uuid in {str(r.uuid).replace("-", "") for r in listed}:
-                break
-            time.sleep(2)
-        else:
-            raise AssertionError(f"run {uuid} never reached project {project} on the sandbox")
+        push_run(sandbox, project, uuid, root)
+
+
+def push_run(sandbox, project, uuid, root):
+    """`polyaxon ops push` of one offline run under root, asked again until the server lists it."""
+    for _ in range(3):  # a push the sandbox answered with 405 can still exit 0: check that the run arrived
+        sandbox.cli("ops", "push", "-uid", uuid, "--path", str(root), "--reset-project", "-p", project)
+        listed = sandbox.run_client(project).list(limit=100).results or []
+        if uuid in {str(r.uuid).replace("-", "") for r in listed}:
+            return
+        time.sleep(2)
+    raise AssertionError(f"run {uuid} never reached project {project} on the sandbox")
 
 
 def test_compare_downloads_run_json_for_older_runs(sandbox, tmp_path):

@@ -36,10 +36,11 @@ BASE_SETTINGS = {
 }
 
 
-def configuration(settings: dict[str, Any]) -> str:
-    """The run's settings as train.py flags: workers, then every candidate fix that is on."""
+def configuration(settings: dict[str, Any], batch: bool = True) -> str:
+    """The run's settings as train.py flags: workers, a batch size other than the default (batch=False: never),
+    then every candidate fix that is on."""
     flags = [f"--workers {settings.get('workers', 0)}"] if not settings.get("gpu_input") else []
-    if settings.get("batch_size") not in (None, DEFAULT_BATCH):  # what tells a batch-size study's rows apart
+    if batch and settings.get("batch_size") not in (None, DEFAULT_BATCH):  # what tells a batch study's rows apart
         flags.append(f"--batch-size {settings['batch_size']}")
     for k in sorted(set(settings) - BASE_SETTINGS):
         v = settings[k]
@@ -59,7 +60,7 @@ def configuration(settings: dict[str, Any]) -> str:
 def run_label(settings: dict[str, Any]) -> str:
     """The run's configuration in a few words, for a picture's title: the DataLoader workers, the batch, a lean
     capture, and every candidate fix that is on, e.g. "workers=4, batch 128, --amp bf16 --channels-last"."""
-    flags, parts = configuration(settings), []
+    flags, parts = configuration(settings, batch=False), []
     if not settings.get("gpu_input"):  # --gpu-input has no DataLoader: the flag itself says so, among the fixes
         parts.append(f"workers={settings.get('workers', 0)}")
         flags = flags.removeprefix(f"--workers {settings.get('workers', 0)}").strip()

@@ -420,8 +420,6 @@ def summarize_trace(
     # 1) the timeline was read (checked for damage); attribute each GPU event to the step that launched it
     steps_note = choose_steps(t, name, step_scope)
     r = _Reading(t, input_scope)
-    if input_scope and r.source["null_reason"]:
-        raise TraceError(f"{name}: no user annotation named {input_scope!r} (--input-scope) in the trace")
     evidence = trace_header(r, name)
     evidence["window_only"] = steps_note == WINDOW_ONLY
     if steps_note:

@@ -1,16 +1,15 @@
 """The delays of a step on any trace, labelled or not: input wait, copy, launch, sync, GPU compute.
 
-Each moment the GPU idles while it waits for the host gets one cause, from what the host was doing:
-  1) inside a call that copies to the GPU, or after a sync that waited for such a copy: copy;
-  2) inside the input source (the DataLoader's __next__, or --input-scope): input wait;
-  3) after a sync that drained the GPU's queue, until the host launches again: sync, up to the time the host
-     waited in it (without the sync the host would have gone on that much sooner, no more);
-  4) between two launches no more than LAUNCH_GAP_US apart: launch (the host issues work slower than the GPU
-     runs it);
-  5) a longer stretch without a launch: host work between launches.
+Each moment the GPU idles gets one cause, in this order:
+  1) the host is inside a call that copies to the GPU: copy;
+  2) the launch call of the work that ends the gap had returned before the gap began: GPU-side (queued);
+  3) the host is inside the input source (the DataLoader's __next__, or --input-scope): input wait;
+  4) a sync was in progress when the GPU went idle: sync (copy, where it waited for a copy the host had just made),
+     charged over the idle after it, never more than the time the host waited in it;
+  5) the rest: launch where the work that ends the gap came at most LAUNCH_GAP_US after the previous launch (the
+     host issues work slower than the GPU runs it), else host work between launches.
 The GPU's own time splits into compute (kernels) and copy (host-to-device copies with no kernel beside them).
-Idle time whose next work was already queued is GPU-side (queued), no wait for the host. The rule, its
-thresholds and what it cannot see: docs/DELAYS.md."""
+The rule, its thresholds and what it cannot see: docs/DELAYS.md"""
 
 import bisect
 from array import array

@@ -1,6 +1,7 @@
 """steplens diff and steplens decide: names matched across runs, what changed per step, and the tutorial's three
 outcomes, on hand-made traces and bench rows, then on stored NVIDIA H200 runs."""
 
+import json
 import os
 
 import pytest
@@ -192,3 +193,12 @@ def test_the_stored_h100_workers_sweep_is_decided_as_the_tutorial_would(pair, ou
     _, row = decide.group_row(compare_records(records, baseline=f"workers={pair[0]}"), f"workers={pair[1]}")
     d = decide.decide(before, after, row, decide.transport(records, row["uuids"]))
     assert d["outcome"] == outcome and d["bench"]["pairs"] == 6, d["sentence"]
+
+
+def test_diff_reads_each_side_by_the_step_scope_it_is_given(tmp_path, capsys):
+    lp = loop(700)
+    lp.events = [dict(e, name="iteration") if e["name"].startswith("ProfilerStep#") else e for e in lp.events]
+    path = write(lp, tmp_path / "a.pt.trace.json")
+    assert diff.main([path, path, "--step-scope", "iteration", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["before"]["steps"] == 3 and d["delays"]["input"]["change_ms"] == 0

@@ -91,10 +91,12 @@ def name_tables(paths: Iterable[str]) -> dict[str, dict[str, list[float]]]:
     return tables
 
 
-def read_side(path: str, input_scope: str | None = None, lanes: bool = False) -> dict[str, Any]:
+def read_side(
+    path: str, input_scope: str | None = None, lanes: bool = False, step_scope: str | None = None
+) -> dict[str, Any]:
     """One side of a diff: its traces' evidence, pooled per step, and its name tables."""
     paths = traces_of(path)
-    evidences = [summarize_file(p, lanes=lanes, input_scope=input_scope) for p in paths]
+    evidences = [summarize_file(p, lanes=lanes, input_scope=input_scope, step_scope=step_scope) for p in paths]
     windows = [ev["window"] for ev in evidences]
     steps = sum(w["steps"] for w in windows)
     v = verdict(evidences)
@@ -373,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steplens diff: error: no folder for {args.picture}", file=sys.stderr)
         return 2
     try:
-        before = read_side(args.before, args.input_scope, lanes=bool(args.picture))
-        after = read_side(args.after, args.input_scope, lanes=bool(args.picture))
+        before = read_side(args.before, args.input_scope, bool(args.picture), args.step_scope)
+        after = read_side(args.after, args.input_scope, bool(args.picture), args.step_scope)
     except (DiffError, TraceError) as e:
         print(f"steplens diff: error: {e}", file=sys.stderr)
         return 1

@@ -141,18 +141,20 @@ def mlp(width, depth):
 def loop_launch():
     import torch
 
-    model = mlp(64, 24)
-    opt = sgd(model)
     x, y = torch.randn(32, 64, device="cuda"), torch.randn(32, 64, device="cuda")
-    loss_fn = torch.nn.MSELoss()
+    return eager_and_graphed(mlp(64, 24), torch.nn.MSELoss(), x, y)
+
+
+def eager_and_graphed(model, loss_fn, x, y):
+    """A training step on fixed data, and the same step captured as a CUDA graph: (step, the graph's replay)."""
+    opt = sgd(model)
 
     def step():
         opt.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
         opt.step()
 
-    graph = capture(step)
-    return step, graph.replay
+    return step, capture(step).replay
 
 
 def capture(step):
@@ -214,17 +216,8 @@ def loop_sync():
 def loop_gpu():
     import torch
 
-    model = resnet18_cifar().cuda()
-    opt, loss_fn = sgd(model), torch.nn.CrossEntropyLoss()
     x, y = torch.randn(512, 3, 32, 32, device="cuda"), torch.randint(0, 10, (512,), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        opt.step()
-
-    graph = capture(step)
-    return step, graph.replay
+    return eager_and_graphed(resnet18_cifar().cuda(), torch.nn.CrossEntropyLoss(), x, y)
 
 
 LOOPS = {"input": loop_input, "copy": loop_copy, "launch": loop_launch, "sync": loop_sync, "gpu": loop_gpu}

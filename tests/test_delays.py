@@ -282,7 +282,7 @@ def test_a_trace_without_gpu_events_says_cannot_tell_rather_than_a_delay():
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The smallest stored NVIDIA H200 trace of each verdict the scopes give (every stored GPU trace agrees: 72 of 72
-# on 2026-12-06, and the 27 kept since; docs/DELAYS.md).
+# on 2026-12-06, and the 24 kept since; docs/DELAYS.md).
 OWN = {
     "GPU compute": "results/h200-distortion/offline/runs/2499ffe8056546ceaafc18189664c00a/outputs/traces/"
     "trace-cycle1-steps2-4.pt.trace.json.gz",

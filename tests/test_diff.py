@@ -160,39 +160,40 @@ def test_faster_without_shorter_gaps_is_not_credited_to_the_input():
 
 
 EAGER = os.path.join(ROOT, "results", "h200-reprofile", "eager", "runs")
-SWEEP = os.path.join(ROOT, "results", "h100-workers-sweep", "offline")
+SWEEP = os.path.join(ROOT, "results", "h100-workers-sweep")
 
 
-def test_diff_of_stored_h200_workers_0_and_4_names_the_input_wait_that_shrank_and_the_gpu_work_that_took_its_place():
-    before = diff.read_side(os.path.join(EAGER, "cd71033606ba42f6b997804deb9ae741", "outputs", "traces"))
-    after = diff.read_side(os.path.join(EAGER, "4220df20529845b38750930bef04749a", "outputs", "traces"))
-    d = diff.diff(before, after)
-    assert d["summary"].startswith("input wait shrank by ")
-    assert "GPU compute" in d["summary"].split("the step now goes to ", 1)[1], d["summary"]
-    assert d["delays"]["input"]["change_ms"] < -50 and abs(d["delays"]["compute"]["change_ms"]) < 0.5
-    assert d["delays"]["compute"]["after_share"] > 3 * d["delays"]["compute"]["before_share"]
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The stored H100 workers sweep's runs (packed without their traces), unpacked, and the decisions made on the
+    machine from those traces."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp("sweep")
+    with tarfile.open(os.path.join(SWEEP, "offline.tar.xz")) as tar:
+        kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python 3.11.4 and later
+        tar.extractall(root, **kw)
+    with open(os.path.join(SWEEP, "decisions.json")) as f:
+        decided = {(d["before"], d["after"]): d for d in json.load(f)}
+    return os.path.join(root, "offline"), decided
 
 
-def sweep_side(workers):
+@pytest.mark.parametrize(
+    "pair, outcome", [((1, 2), "supports"), ((2, 4), "faster, other cause"), ((4, 8), "no change")]
+)
+def test_the_stored_h100_workers_sweep_is_decided_as_the_tutorial_would(sweep, pair, outcome):
+    """Six alternating bench repeats a setting on an NVIDIA H100 machine, with the input wait its profile runs read:
+    two workers against one is faster and closes the input gap; four against two is faster while the profiled gap
+    was already closed, so the trace cannot credit the input; eight against four moves nothing."""
+    from steplens.evidence.comparison import compare_records
     from steplens.evidence.runs import gather_offline
 
-    records, _ = gather_offline(SWEEP)
-    (run,) = [r for r in records if r["mode"] == "profile" and r["settings"]["workers"] == workers]
-    return records, diff.read_side(os.path.join(SWEEP, "runs", run["uuid"], "outputs", "traces"))
-
-
-@pytest.mark.parametrize("pair, outcome", [((1, 2), "supports"), ((2, 4), "faster, other cause")])
-def test_the_stored_h100_workers_sweep_is_decided_as_the_tutorial_would(pair, outcome):
-    """Six alternating bench repeats a setting and a profile run each, on an NVIDIA H100 machine: two workers
-    against one is faster and closes the input gap; four against two is faster while the profiled gap was already
-    closed, so the trace cannot credit the input."""
-    from steplens.evidence.comparison import compare_records
-
-    records, before = sweep_side(pair[0])
-    _, after = sweep_side(pair[1])
+    root, decided = sweep
+    records, _ = gather_offline(root)
     _, row = decide.group_row(compare_records(records, baseline=f"workers={pair[0]}"), f"workers={pair[1]}")
-    d = decide.decide(before, after, row, decide.transport(records, row["uuids"]))
-    assert d["outcome"] == outcome and d["bench"]["pairs"] == 6, d["sentence"]
+    gap = decided[pair]["input_gap_ms"]
+    d = decide.decide(sided(gap["before"]), sided(gap["after"]), row, decide.transport(records, row["uuids"]))
+    assert d["outcome"] == outcome == decided[pair]["outcome"] and d["bench"]["pairs"] == 6, d["sentence"]
 
 
 def test_diff_reads_each_side_by_the_step_scope_it_is_given(tmp_path, capsys):

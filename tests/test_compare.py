@@ -787,7 +787,7 @@ def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, 
     """Run as a Polyaxon run, steplens compare logs its PNG as an image event and its tables as artifacts."""
     sandbox.cli("project", "create", "--name", "cmp")
     client = sandbox.run_client("cmp")
-    run = client.create(name="compare-study")
+    run = sandbox.api(client.create, name="compare-study")
     env = sandbox.env(
         POLYAXON_RUN_INSTANCE=f"default.cmp.runs.{run.uuid}",
         POLYAXON_IS_MANAGED="true",

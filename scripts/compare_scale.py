@@ -28,13 +28,13 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
 from scaling import machine, run_child  # noqa: E402
 
 from steplens.atomic import write_atomic  # noqa: E402
-from steplens.evidence.runs import moment  # noqa: E402
+from steplens.project.runs import moment  # noqa: E402
 
 SOURCE = "results/h200/offline"
 REPEATS = 5  # the source study's repeats: copy k of repeat r is repeat r + 5k
 
 CHILD = """
-from steplens.evidence import compare, comparison, runs
+from steplens.project import compare, comparison, runs
 
 def clock():
     return time.perf_counter(), time.process_time()

@@ -31,7 +31,7 @@ SOURCE = os.path.join(ROOT, "results", "h200", "offline", "runs")
 REPEATS = 5
 
 CHILD = """
-from steplens.evidence import compare
+from steplens.project import compare
 
 t0 = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()):

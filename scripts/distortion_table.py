@@ -18,7 +18,7 @@ import os
 import sys
 
 from steplens.atomic import write_atomic
-from steplens.evidence import report
+from steplens.project import report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

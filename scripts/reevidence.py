@@ -22,8 +22,9 @@ import shutil
 import sys
 
 from steplens.atomic import write_json_atomic
-from steplens.evidence import cycle_evidence, report
+from steplens.evidence import cycle_evidence
 from steplens.evidence.formatting import run_label
+from steplens.project import report
 from steplens.trace import reader
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -26,12 +26,12 @@ COMMANDS = {
     "snapshot": ("steplens.evidence.snapshot", "a CUDA memory snapshot's peak, its blocks by allocating line"),
     "diff": ("steplens.evidence.diff", "what a change did to the step, from two traces or profile runs"),
     "decide": (
-        "steplens.evidence.decide",
+        "steplens.project.decide",
         "which of the tutorial's three outcomes a change had (traces and bench runs)",
     ),
-    "compare": ("steplens.evidence.compare", "paired comparison of repeated bench runs"),
+    "compare": ("steplens.project.compare", "paired comparison of repeated bench runs"),
     "ranks": ("steplens.evidence.ranks", "the evidence across the ranks of a DDP run"),
-    "report": ("steplens.evidence.report", "what a set of offline runs measured"),
+    "report": ("steplens.project.report", "what a set of offline runs measured"),
     "viewer": ("steplens.viewer", "Polyaxon's UI over offline runs, on 127.0.0.1 (needs haupt)"),
 }
 

@@ -15,9 +15,9 @@ import pytest
 from conftest import ROOT, TINY, run_train
 
 from steplens import stats
-from steplens.evidence import compare, comparison, runs
-from steplens.evidence.runs import CompareError
 from steplens.job import machine
+from steplens.project import compare, comparison, runs
+from steplens.project.runs import CompareError
 
 H200 = {"hostname": "vm", "gpu": "NVIDIA H200", "driver": "570.86.15", "torch": "2.11.0+cu130", "cuda": "13.0"}
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from steplens.evidence import compare, comparison, runs
+from steplens.project import compare, comparison, runs
 
 
 def rec(uuid, minute, rate, world_size=None, spread=None, **settings):

@@ -7,7 +7,8 @@ import os
 import pytest
 from test_delays import LOADER, Loop
 
-from steplens.evidence import decide, diff
+from steplens.evidence import diff
+from steplens.project import decide
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -185,8 +186,8 @@ def test_the_stored_h100_workers_sweep_is_decided_as_the_tutorial_would(sweep, p
     """Six alternating bench repeats a setting on an NVIDIA H100 machine, with the input wait its profile runs read:
     two workers against one is faster and closes the input gap; four against two is faster while the profiled gap
     was already closed, so the trace cannot credit the input; eight against four moves nothing."""
-    from steplens.evidence.comparison import compare_records
-    from steplens.evidence.runs import gather_offline
+    from steplens.project.comparison import compare_records
+    from steplens.project.runs import gather_offline
 
     root, decided = sweep
     records, _ = gather_offline(root)

@@ -9,8 +9,9 @@ import sys
 import pytest
 from conftest import ROOT
 
-from steplens.evidence import attribution, compare, diagnosis, formatting, runs, summarize
+from steplens.evidence import attribution, diagnosis, formatting, summarize
 from steplens.job import runrecord
+from steplens.project import compare, runs
 from steplens.trace import kernels
 
 STORED = sorted(

@@ -11,10 +11,10 @@ import torch
 from conftest import load_offline_run, run_train
 
 import train
-from steplens.evidence import compare, comparison, runs
 from steplens.job import data, distributed, learning, stopping
 from steplens.job import device as device_module
 from steplens.job.settings import parse_settings
+from steplens.project import compare, comparison, runs
 
 # Small enough for a CPU test. A batch of 32 keeps BatchNorm's batch statistics steady enough to learn
 # within a few steps (at 4 to 16 the loss wanders); --scale-lr gives it lr 0.1 x 32 / 128 = 0.025.

@@ -10,8 +10,9 @@ from conftest import load_offline_run
 from test_compare import rec
 from test_summarize import reprofile, run_json, scope, step, write
 
-from steplens.evidence import compare, comparison, formatting, summarize
+from steplens.evidence import formatting, summarize
 from steplens.job import device
+from steplens.project import compare, comparison
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, SCOPES, TO_DEVICE
 from steplens.trace import memory
 

@@ -294,7 +294,7 @@ def test_the_held_out_sets_are_seeded_and_apart_from_the_training_sets():
 
 def test_a_profile_run_of_another_phase_never_stands_in_for_training_evidence(monkeypatch):
     """steplens compare sets a group's latest profile run beside it: a validation or save capture is not the step's."""
-    from steplens.evidence.comparison import matching_evidence
+    from steplens.project.comparison import matching_evidence
 
     def run(phase, created):
         settings = {"workers": 4, **({"profile_phase": phase} if phase else {})}
@@ -307,7 +307,7 @@ def test_a_profile_run_of_another_phase_never_stands_in_for_training_evidence(mo
             "created_at": created,
         }
 
-    monkeypatch.setattr("steplens.evidence.comparison.machine_key", lambda r: ())  # one machine
+    monkeypatch.setattr("steplens.project.comparison.machine_key", lambda r: ())  # one machine
     records = [run(None, "1"), run("train", "2"), run("validation", "3"), run("checkpoint", "4")]
     assert matching_evidence(records, {"workers": 4, "profile_phase": "train"}, ())["uuid"] == "train-2"
     assert matching_evidence(records[2:], {"workers": 4}, ()) is None

@@ -12,8 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
-from steplens.evidence import compare, comparison, picture, summarize  # noqa: E402
-from steplens.evidence.runs import gather_offline  # noqa: E402
+from steplens.evidence import picture, summarize  # noqa: E402
+from steplens.project import compare, comparison  # noqa: E402
+from steplens.project.runs import gather_offline  # noqa: E402
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, OPTIMIZER, SAVE, TO_DEVICE  # noqa: E402
 
 BEST_SET = os.path.join(ROOT, "results", "h200-pictures", "best-set", "trace-cycle1-steps2-4.pt.trace.json.gz")

@@ -2,7 +2,7 @@
 
 import json
 
-from steplens.evidence import report
+from steplens.project import report
 
 
 def make_run(root, uuid, created_at, status, settings, outputs=None, run_json=None):

@@ -12,7 +12,8 @@ import pytest
 from conftest import ROOT
 
 import train
-from steplens.evidence import compare, flops, roofline, summarize, work
+from steplens.evidence import flops, roofline, summarize, work
+from steplens.project import compare
 from steplens.trace import reader
 
 H200 = "NVIDIA H200"

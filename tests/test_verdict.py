@@ -9,11 +9,12 @@ import sys
 import pytest
 from conftest import ROOT
 
-from steplens.evidence import attribution, compare, cycle_evidence, diagnosis, formatting, picture, ranks, summarize
+from steplens.evidence import attribution, cycle_evidence, diagnosis, formatting, picture, ranks, summarize
+from steplens.project import compare
 from steplens.scopes import NEXT_BATCH, SCOPES
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from steplens.evidence import report
+from steplens.project import report
 
 
 def stored_trace(**want):

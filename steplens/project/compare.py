@@ -20,7 +20,9 @@ import sys
 import textwrap
 from typing import Any
 
-from steplens.evidence.comparison import (
+from steplens.evidence.formatting import damage_lines
+from steplens.evidence.roofline import NO_CLASS_WORK, load_builder
+from steplens.project.comparison import (
     HOST_FIGURES,
     LOSS_FLOOR,
     LOSS_TOLERANCE,
@@ -29,9 +31,7 @@ from steplens.evidence.comparison import (
     add_rooflines,
     compare_records,
 )
-from steplens.evidence.formatting import damage_lines
-from steplens.evidence.roofline import NO_CLASS_WORK, load_builder
-from steplens.evidence.runs import DOWNLOADS, PAGE_SIZE, CompareError, gather_offline, gather_polyaxon, read_line
+from steplens.project.runs import DOWNLOADS, PAGE_SIZE, CompareError, gather_offline, gather_polyaxon, read_line
 from steplens.trace.kernels import CLASSES
 
 

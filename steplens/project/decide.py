@@ -16,9 +16,9 @@ import statistics
 import sys
 from typing import Any
 
-from steplens.evidence.comparison import compare_records
 from steplens.evidence.diff import DiffError, read_side
-from steplens.evidence.runs import CompareError, gather_offline, gather_polyaxon
+from steplens.project.comparison import compare_records
+from steplens.project.runs import CompareError, gather_offline, gather_polyaxon
 from steplens.stats import ALPHA, sign_test_p
 from steplens.trace.reader import TraceError
 

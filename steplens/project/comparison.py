@@ -7,7 +7,7 @@ from typing import Any
 
 from steplens.evidence import roofline
 from steplens.evidence.formatting import OFF_AT_ZERO
-from steplens.evidence.runs import MACHINE, MACHINE_IDS, CompareError
+from steplens.project.runs import MACHINE, MACHINE_IDS, CompareError
 from steplens.stats import ALPHA, pairs_needed, sign_test, significance
 from steplens.trace.reader import TraceError
 

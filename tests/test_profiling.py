@@ -184,9 +184,9 @@ def test_on_the_gpu_timeline_no_single_steps_stand_in(tmp_path):
     }
     for c in cycles:
         c["refilled_by"] = []
-    assert cycle_evidence.clean_steps(cycles, evidences) == []
+    assert distortion.clean_steps(cycles, evidences) == []
     evidences[1]["idle_basis"] = evidences[2]["idle_basis"] = "cpu_steps"
-    assert [s["step"] for _, s in cycle_evidence.clean_steps(cycles, evidences)] == [2, 2]
+    assert [s["step"] for _, s in distortion.clean_steps(cycles, evidences)] == [2, 2]
 
 
 def test_without_worker_processes_nothing_is_refilled(tmp_path):

@@ -1,22 +1,13 @@
-"""Profile mode's evidence per cycle: the trace's figures beside the capture's account, the headline, the caveat."""
+"""Profile mode's evidence per cycle: the trace's figures beside the capture's account (distortion.py), the verdict
+told the capture's limits, the files."""
 
 import os
-import statistics
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from steplens.atomic import write_atomic, write_json_atomic
 from steplens.evidence import diagnosis, formatting, picture, summarize
-from steplens.evidence.distortion import (
-    DISTORTION_NOTE_AT,
-    WAITED_AT,
-    distortion_interval,
-    distortion_sentence,
-    pooled_pace,
-    ratio_se,
-    refills,
-)
+from steplens.evidence.distortion import DISTORTION_NOTE_AT, capture_headline
 from steplens.stats import t975
 
 
@@ -160,160 +151,17 @@ def _ratio(v):
     return "n/a" if v is None else f"{v:.2f}"
 
 
-def refilled_steps(refilled_by: list[dict[str, Any]]) -> set[int]:
-    """The profiler steps a cycle's refilling pauses served."""
-    return {i for r in refilled_by for i in r["steps"]}
-
-
-def clean_steps(cycles: list[dict[str, Any]], evidences: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-    """When every cycle has steps a refill served: the traced steps none served, with their per-step figures,
-    if the cycles read idle time on the CPU's steps (per-step figures then add up to the window's; on the
-    GPU's own timeline they do not, and no step is returned)."""
-    if any(evidences[c["cycle"]].get("idle_basis") != "cpu_steps" for c in cycles):
-        return []
-    out = []
-    for c in cycles:
-        served = refilled_steps(c["refilled_by"])
-        out += [
-            (c["cycle"], s)
-            for s in evidences[c["cycle"]]["steps"]
-            if s["step"] not in served and s.get("pace_us") and s.get("gpu_idle_us") is not None
-        ]
-    return out
-
-
-def pool_steps(head: dict[str, Any], steps: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-    """The headline's figures over these (cycle, step) pairs alone, read on the CPU's steps: the profiled step
-    and the CPU step are the same there; the GPU span per step over the steps with a complete slot."""
-    n = len(steps)
-    steps = [s for _, s in steps]
-    pace, idle = sum(s["pace_us"] for s in steps), sum(s["gpu_idle_us"] for s in steps)
-    head = {
-        **head,
-        "null_reasons": dict(head["null_reasons"]),
-        "profiled_step_ms": pace / n / 1e3,
-        "cpu_step_ms": sum(s["wall_us"] for s in steps) / n / 1e3,
-        "gpu_idle_share": idle / pace,
-        "input_gap_share": sum(s["input_gap_us"] for s in steps) / idle if idle else 0.0,
-        "gpu_work_ms_per_step": sum(s["gpu_work_us"] for s in steps) / n / 1e3,
-        "gpu_span_ms_per_step": None,
-    }
-    head["null_reasons"].pop("gpu_span_ms_per_step", None)
-    slots = [s for s in steps if s.get("gpu_span_us") is not None]
-    if slots:
-        head["gpu_span_ms_per_step"] = sum(s["gpu_span_us"] for s in slots) / len(slots) / 1e3
-    else:
-        head["null_reasons"]["gpu_span_ms_per_step"] = "none of the headline steps has a complete GPU slot"
-    return head
-
-
-def loop_timings(
-    capture: dict[str, Any], cycles: list[dict[str, Any]], evidences: dict[int, dict[str, Any]], pace_s: float | None
-) -> tuple[list[float | None], dict[int, float], dict[int, float]]:
-    """Each loop step's compute time (its time less its wait for input) and the waits of WAITED_AT of a
-    batch's time or more ({step: seconds}), from the capture's own measurements where it has them (steps_s,
-    inputs_s), else from the traces (a ProfilerStep's wall time less its input scope); a step neither
-    covers gets the mean compute time of the others (the schedule's wait and warm-up steps in runs recorded
-    before the loop timed its waits)."""
-    n = len(capture["pauses_s"])
-    pad = lambda xs: (list(xs or []) + [None] * n)[:n]  # noqa: E731
-    took, waited = pad(capture.get("steps_s")), pad(capture.get("inputs_s"))
-    traced = {
-        s["step"]: (s["wall_us"] / 1e6, (s["scopes_cpu_us"].get(evidences[c["cycle"]]["scope_set"][0]) or 0.0) / 1e6)
-        for c in cycles
-        for s in evidences[c["cycle"]]["steps"]
-        if 0 <= s["step"] < n
-    }
-    compute, waits = [None] * n, [None] * n
-    for i in range(n):
-        if took[i] is not None and waited[i] is not None:
-            compute[i], waits[i] = max(0.0, took[i] - waited[i]), waited[i]
-        elif i in traced:
-            compute[i], waits[i] = max(0.0, traced[i][0] - traced[i][1]), traced[i][1]
-    known = [c for c in compute if c is not None]
-    fill = statistics.fmean(known) if known else pace_s
-    compute = [fill if c is None else c for c in compute]
-    measured = {i: w for i, w in enumerate(waits) if w is not None}
-    # A wait worth telling: WAITED_AT of a batch's time, or of the step's own time when the pace is unknown.
-    seen = {
-        i: w for i, w in measured.items() if w >= WAITED_AT * (pace_s if pace_s else (compute[i] or 0.0) + w) and w > 0
-    }
-    return compute, seen, measured
-
-
-def capture_account(
-    capture: dict[str, Any],
-    cycles: list[dict[str, Any]],
-    head: dict[str, Any],
-    figures: dict[str, Any],
-    steady: list[float] | None,
-    compute_s: Sequence[float | None],
-    seen: dict[int, float],
-    chosen: list[int],
-    clean: bool,
-) -> dict[str, Any]:
-    """The capture's account kept beside each cycle's evidence: the unprofiled pace, the distortion, the pauses."""
-    unprofiled_ms, ratio, se, df = (
-        figures["unprofiled_step_ms"],
-        figures["profiler_distortion"],
-        figures["profiler_distortion_se"],
-        figures["profiler_distortion_df"],
-    )
-    bracket = {
-        k: v
-        for k, v in figures.items()
-        if k not in ("unprofiled_step_ms", "profiler_distortion", "profiler_distortion_se", "profiler_distortion_df")
-    }  # distortion_interval's figures
-    interval = None if bracket["distortion_low"] is None else (bracket["distortion_low"], bracket["distortion_high"])
-    return {
-        "detail": capture["detail"],
-        "unprofiled_step_ms": unprofiled_ms,
-        "unprofiled_steps": capture["unprofiled"]["steps"] if capture.get("unprofiled") else None,
-        "profiled_step_ms": head["profiled_step_ms"],
-        "profiler_distortion": ratio,
-        "profiler_distortion_se": se,
-        "unprofiled_step_ms_each": steady,
-        **bracket,
-        "distortion_sentence": distortion_sentence(
-            ratio,
-            capture["workers"],
-            capture["device_input"],
-            se,
-            capture["detail"],
-            df,
-            refilled=any(c["refilled_by"] for c in cycles),
-            spread=(min(steady), max(steady)) if steady else None,
-            interval=interval,
-            uncertain=bracket["distortion_uncertain"],
-        ),
-        "queue_depth": capture["queue_depth"],
-        "queue": capture["queue"],
-        "run_label": capture.get("run_label"),
-        "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
-        "compute_s": [None if t is None else round(t, 4) for t in compute_s],
-        "waits_seen_s": {str(k): round(v, 4) for k, v in seen.items()},
-        "headline_cycles": chosen,
-        "headline_clean": clean,
-        "headline_steps": head["headline_steps"],
-        "dumps": [
-            {"cycle": d["cycle"], "seconds": d.get("dump_seconds"), "before_step": d["dump_before_step"]}
-            for d in cycles
-            if d.get("dump_before_step") is not None
-        ],
-    }
-
-
 def write_cycle_files(
     c: dict[str, Any],
     evidence: dict[str, Any],
     account: dict[str, Any],
-    figures: dict[str, Any],
+    head: dict[str, Any],
     on: dict[str, Any] | None,
     first: bool,
 ) -> None:
     """One cycle's evidence files (.evidence.json, .evidence.txt) and picture, with its verdict told the capture's
-    limits; the cycle's entry in run.json gets their paths."""
-    evidence["verdict"] = profiler_caveat(tailor_next(evidence["verdict"], on), [evidence["window"]], figures)
+    limits (the headline's distortion figures, profiler_caveat); the cycle's entry in run.json gets their paths."""
+    evidence["verdict"] = profiler_caveat(tailor_next(evidence["verdict"], on), [evidence["window"]], head)
     if c["refilled_by"] and evidence["verdict"]["stage"]:
         evidence["verdict"]["sentence"] += (
             " This cycle followed a pause that refilled the loader's queues: its input waits may be understated."
@@ -346,64 +194,14 @@ def write_evidence(cycles: list[dict[str, Any]], capture: dict[str, Any]) -> dic
 
     capture: detail, unprofiled (time_unprofiled's dict), pauses_s, steps_s and inputs_s (each loop step's
     duration and its wait for input, where measured), queue_depth, queue (words), workers, device_input.
-    The headline is pooled over the cycles no refill served, else over the steps none served (see the
-    module's docstring).
+    The headline is pooled over the cycles no refill served, else over the steps none served
+    (distortion.capture_headline).
     """
     evidences = {c["cycle"]: summarize.summarize_file(c["trace"], lanes=True) for c in cycles}
-    ahead = bool(cycles) and all(evidences[c["cycle"]].get("idle_basis") == "gpu_timeline" for c in cycles)
-    unprofiled_ms, steady, blocks = pooled_pace(capture, ahead)
-    pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
-    compute_s, seen, measured = loop_timings(capture, cycles, evidences, pace_s)
-    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen, measured)
-    # Where the CPU runs ahead, the GPU works through queued steps while the host waits: a host-side wait
-    # for input idles no GPU, and the headline is read on the GPU's own timeline. No refill counts there.
+    head, account, picked = capture_headline(capture, cycles, evidences)
+    chosen = head["headline_cycles"]
     for c in cycles:
-        if evidences[c["cycle"]].get("idle_basis") == "gpu_timeline":
-            refilled[c["cycle"]] = []
-    for c in cycles:
-        c["refilled_by"] = refilled[c["cycle"]]
-        c["follows_dump"] = [r["before_step"] for r in refilled[c["cycle"]] if r["dump"]]
-    clean = [c["cycle"] for c in cycles if not c["refilled_by"]]
-    chosen = clean or [c["cycle"] for c in cycles]
-    head = diagnosis.headline([evidences[k] for k in chosen])
-    picked = None if clean else clean_steps(cycles, evidences)
-    if picked:
-        chosen = sorted({k for k, _ in picked})
-        head = pool_steps(diagnosis.headline([evidences[k] for k in chosen]), picked)
-    elif not clean:
-        head["gpu_idle_share"] = head["input_gap_share"] = None
-        head["null_reasons"]["input_wait"] = (
-            "every traced step found its batch queued by a refill during a pause (see refilled_by per cycle), "
-            "or no step was read on the CPU's steps: the trace may hide input waits the bench feels"
-        )
-    head["headline_steps"] = [s["step"] for _, s in picked] if picked else None
-    profiled = (
-        [s["pace_us"] / 1e3 for _, s in picked]
-        if picked
-        else [s["pace_us"] / 1e3 for k in chosen for s in evidences[k]["steps"] if s.get("pace_us")]
-    )
-    ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
-    se, df = ratio_se(ratio, profiled, steady)
-    bracket = distortion_interval(head["profiled_step_ms"], profiled, blocks)
-    head.update(
-        unprofiled_step_ms=unprofiled_ms,
-        profiler_distortion=ratio,
-        profiler_distortion_se=se,
-        profiler_distortion_df=df,
-        **bracket,
-        headline_cycles=chosen,
-        unprofiled_step_ms_range=[min(steady), max(steady)] if steady else None,
-    )
-    figures = {
-        "profiler_distortion": ratio,
-        "profiler_distortion_se": se,
-        "profiler_distortion_df": df,
-        "unprofiled_step_ms": unprofiled_ms,
-        **bracket,
-    }
-    account = capture_account(capture, cycles, head, figures, steady, compute_s, seen, chosen, bool(clean))
-    for c in cycles:
-        write_cycle_files(c, evidences[c["cycle"]], account, figures, capture.get("on"), first=c is cycles[0])
+        write_cycle_files(c, evidences[c["cycle"]], account, head, capture.get("on"), first=c is cycles[0])
     head["distortion_sentence"] = account["distortion_sentence"]
     shown = [s for _, s in picked] if picked else [evidences[k]["window"] for k in chosen]
     inputs = diagnosis.sum_known(shown, lambda p: p.get("input_cpu_us"))

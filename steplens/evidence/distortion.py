@@ -1,5 +1,7 @@
 """The profiler's distortion: profiled against unprofiled step time, its error, and the queues its pauses refill.
 
+capture_headline weighs a profile run's capture against its cycles' evidence in one pass: the unprofiled pace,
+the pauses that refilled the loader's queue, the headline pooled where no refill served, and the distortion.
 The method: docs/EVIDENCE.md#the-profilers-cost and docs/EVIDENCE.md#the-profilers-pauses-and-refilled-queues."""
 
 import math
@@ -7,6 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from steplens.evidence import diagnosis
 from steplens.stats import t975
 
 # Above this, the workers get at least 10% more time per batch than in an unprofiled run; below its
@@ -324,3 +327,212 @@ def distortion_interval(
 DRIFT_MATTERS = (
     0.25  # the blocks' drift makes the distortion uncertain when it moves the ratio this share of (ratio - 1)
 )
+
+
+def refilled_steps(refilled_by: list[dict[str, Any]]) -> set[int]:
+    """The profiler steps a cycle's refilling pauses served."""
+    return {i for r in refilled_by for i in r["steps"]}
+
+
+def clean_steps(cycles: list[dict[str, Any]], evidences: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """When every cycle has steps a refill served: the traced steps none served, with their per-step figures,
+    if the cycles read idle time on the CPU's steps (per-step figures then add up to the window's; on the
+    GPU's own timeline they do not, and no step is returned)."""
+    if any(evidences[c["cycle"]].get("idle_basis") != "cpu_steps" for c in cycles):
+        return []
+    out = []
+    for c in cycles:
+        served = refilled_steps(c["refilled_by"])
+        out += [
+            (c["cycle"], s)
+            for s in evidences[c["cycle"]]["steps"]
+            if s["step"] not in served and s.get("pace_us") and s.get("gpu_idle_us") is not None
+        ]
+    return out
+
+
+def pool_steps(head: dict[str, Any], steps: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """The headline's figures over these (cycle, step) pairs alone, read on the CPU's steps: the profiled step
+    and the CPU step are the same there; the GPU span per step over the steps with a complete slot."""
+    n = len(steps)
+    steps = [s for _, s in steps]
+    pace, idle = sum(s["pace_us"] for s in steps), sum(s["gpu_idle_us"] for s in steps)
+    head = {
+        **head,
+        "null_reasons": dict(head["null_reasons"]),
+        "profiled_step_ms": pace / n / 1e3,
+        "cpu_step_ms": sum(s["wall_us"] for s in steps) / n / 1e3,
+        "gpu_idle_share": idle / pace,
+        "input_gap_share": sum(s["input_gap_us"] for s in steps) / idle if idle else 0.0,
+        "gpu_work_ms_per_step": sum(s["gpu_work_us"] for s in steps) / n / 1e3,
+        "gpu_span_ms_per_step": None,
+    }
+    head["null_reasons"].pop("gpu_span_ms_per_step", None)
+    slots = [s for s in steps if s.get("gpu_span_us") is not None]
+    if slots:
+        head["gpu_span_ms_per_step"] = sum(s["gpu_span_us"] for s in slots) / len(slots) / 1e3
+    else:
+        head["null_reasons"]["gpu_span_ms_per_step"] = "none of the headline steps has a complete GPU slot"
+    return head
+
+
+def loop_timings(
+    capture: dict[str, Any], cycles: list[dict[str, Any]], evidences: dict[int, dict[str, Any]], pace_s: float | None
+) -> tuple[list[float | None], dict[int, float], dict[int, float]]:
+    """Each loop step's compute time (its time less its wait for input) and the waits of WAITED_AT of a
+    batch's time or more ({step: seconds}), from the capture's own measurements where it has them (steps_s,
+    inputs_s), else from the traces (a ProfilerStep's wall time less its input scope); a step neither
+    covers gets the mean compute time of the others (the schedule's wait and warm-up steps in runs recorded
+    before the loop timed its waits)."""
+    n = len(capture["pauses_s"])
+    pad = lambda xs: (list(xs or []) + [None] * n)[:n]  # noqa: E731
+    took, waited = pad(capture.get("steps_s")), pad(capture.get("inputs_s"))
+    traced = {
+        s["step"]: (s["wall_us"] / 1e6, (s["scopes_cpu_us"].get(evidences[c["cycle"]]["scope_set"][0]) or 0.0) / 1e6)
+        for c in cycles
+        for s in evidences[c["cycle"]]["steps"]
+        if 0 <= s["step"] < n
+    }
+    compute, waits = [None] * n, [None] * n
+    for i in range(n):
+        if took[i] is not None and waited[i] is not None:
+            compute[i], waits[i] = max(0.0, took[i] - waited[i]), waited[i]
+        elif i in traced:
+            compute[i], waits[i] = max(0.0, traced[i][0] - traced[i][1]), traced[i][1]
+    known = [c for c in compute if c is not None]
+    fill = statistics.fmean(known) if known else pace_s
+    compute = [fill if c is None else c for c in compute]
+    measured = {i: w for i, w in enumerate(waits) if w is not None}
+    # A wait worth telling: WAITED_AT of a batch's time, or of the step's own time when the pace is unknown.
+    seen = {
+        i: w for i, w in measured.items() if w >= WAITED_AT * (pace_s if pace_s else (compute[i] or 0.0) + w) and w > 0
+    }
+    return compute, seen, measured
+
+
+def capture_account(
+    capture: dict[str, Any],
+    cycles: list[dict[str, Any]],
+    head: dict[str, Any],
+    figures: dict[str, Any],
+    steady: list[float] | None,
+    compute_s: Sequence[float | None],
+    seen: dict[int, float],
+    chosen: list[int],
+    clean: bool,
+) -> dict[str, Any]:
+    """The capture's account kept beside each cycle's evidence: the unprofiled pace, the distortion, the pauses."""
+    unprofiled_ms, ratio, se, df = (
+        figures["unprofiled_step_ms"],
+        figures["profiler_distortion"],
+        figures["profiler_distortion_se"],
+        figures["profiler_distortion_df"],
+    )
+    bracket = {
+        k: v
+        for k, v in figures.items()
+        if k not in ("unprofiled_step_ms", "profiler_distortion", "profiler_distortion_se", "profiler_distortion_df")
+    }  # distortion_interval's figures
+    interval = None if bracket["distortion_low"] is None else (bracket["distortion_low"], bracket["distortion_high"])
+    return {
+        "detail": capture["detail"],
+        "unprofiled_step_ms": unprofiled_ms,
+        "unprofiled_steps": capture["unprofiled"]["steps"] if capture.get("unprofiled") else None,
+        "profiled_step_ms": head["profiled_step_ms"],
+        "profiler_distortion": ratio,
+        "profiler_distortion_se": se,
+        "unprofiled_step_ms_each": steady,
+        **bracket,
+        "distortion_sentence": distortion_sentence(
+            ratio,
+            capture["workers"],
+            capture["device_input"],
+            se,
+            capture["detail"],
+            df,
+            refilled=any(c["refilled_by"] for c in cycles),
+            spread=(min(steady), max(steady)) if steady else None,
+            interval=interval,
+            uncertain=bracket["distortion_uncertain"],
+        ),
+        "queue_depth": capture["queue_depth"],
+        "queue": capture["queue"],
+        "run_label": capture.get("run_label"),
+        "pauses_s": [round(p, 4) for p in capture["pauses_s"]],
+        "compute_s": [None if t is None else round(t, 4) for t in compute_s],
+        "waits_seen_s": {str(k): round(v, 4) for k, v in seen.items()},
+        "headline_cycles": chosen,
+        "headline_clean": clean,
+        "headline_steps": head["headline_steps"],
+        "dumps": [
+            {"cycle": d["cycle"], "seconds": d.get("dump_seconds"), "before_step": d["dump_before_step"]}
+            for d in cycles
+            if d.get("dump_before_step") is not None
+        ],
+    }
+
+
+def capture_headline(
+    capture: dict[str, Any], cycles: list[dict[str, Any]], evidences: dict[int, dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any], list[tuple[int, dict[str, Any]]] | None]:
+    """The capture weighed against the cycles' evidence: the headline, the capture's account, the steps pooled.
+
+    Each cycle's refilled_by (the pauses whose refills served its steps, refills) and follows_dump are set;
+    the headline is pooled over the cycles no refill served, else over the steps none served (clean_steps),
+    with the profiler's distortion against the unprofiled pace (pooled_pace, ratio_se, distortion_interval).
+    Returns the headline, the capture's account (capture_account) and the (cycle, step) pairs the headline
+    was pooled over (None where it was pooled over whole cycles, head["headline_cycles"]).
+    """
+    ahead = bool(cycles) and all(evidences[c["cycle"]].get("idle_basis") == "gpu_timeline" for c in cycles)
+    unprofiled_ms, steady, blocks = pooled_pace(capture, ahead)
+    pace_s = unprofiled_ms / 1e3 if unprofiled_ms else None
+    compute_s, seen, measured = loop_timings(capture, cycles, evidences, pace_s)
+    refilled = refills(cycles, capture["pauses_s"], capture["queue_depth"], pace_s, compute_s, seen, measured)
+    # Where the CPU runs ahead, the GPU works through queued steps while the host waits: a host-side wait
+    # for input idles no GPU, and the headline is read on the GPU's own timeline. No refill counts there.
+    for c in cycles:
+        if evidences[c["cycle"]].get("idle_basis") == "gpu_timeline":
+            refilled[c["cycle"]] = []
+    for c in cycles:
+        c["refilled_by"] = refilled[c["cycle"]]
+        c["follows_dump"] = [r["before_step"] for r in refilled[c["cycle"]] if r["dump"]]
+    clean = [c["cycle"] for c in cycles if not c["refilled_by"]]
+    chosen = clean or [c["cycle"] for c in cycles]
+    head = diagnosis.headline([evidences[k] for k in chosen])
+    picked = None if clean else clean_steps(cycles, evidences)
+    if picked:
+        chosen = sorted({k for k, _ in picked})
+        head = pool_steps(diagnosis.headline([evidences[k] for k in chosen]), picked)
+    elif not clean:
+        head["gpu_idle_share"] = head["input_gap_share"] = None
+        head["null_reasons"]["input_wait"] = (
+            "every traced step found its batch queued by a refill during a pause (see refilled_by per cycle), "
+            "or no step was read on the CPU's steps: the trace may hide input waits the bench feels"
+        )
+    head["headline_steps"] = [s["step"] for _, s in picked] if picked else None
+    profiled = (
+        [s["pace_us"] / 1e3 for _, s in picked]
+        if picked
+        else [s["pace_us"] / 1e3 for k in chosen for s in evidences[k]["steps"] if s.get("pace_us")]
+    )
+    ratio = head["profiled_step_ms"] / unprofiled_ms if unprofiled_ms and head["profiled_step_ms"] else None
+    se, df = ratio_se(ratio, profiled, steady)
+    bracket = distortion_interval(head["profiled_step_ms"], profiled, blocks)
+    head.update(
+        unprofiled_step_ms=unprofiled_ms,
+        profiler_distortion=ratio,
+        profiler_distortion_se=se,
+        profiler_distortion_df=df,
+        **bracket,
+        headline_cycles=chosen,
+        unprofiled_step_ms_range=[min(steady), max(steady)] if steady else None,
+    )
+    figures = {
+        "profiler_distortion": ratio,
+        "profiler_distortion_se": se,
+        "profiler_distortion_df": df,
+        "unprofiled_step_ms": unprofiled_ms,
+        **bracket,
+    }
+    account = capture_account(capture, cycles, head, figures, steady, compute_s, seen, chosen, bool(clean))
+    return head, account, picked

@@ -210,3 +210,19 @@ def launches_lost_from_middle_of_last_step(doc):
             if not (ev.get("cat") in runtime_or_gpu and (ev.get("args") or {}).get("correlation") in lost)
         ],
     )
+
+
+GPU_TRACK = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+
+
+def gpu_events_lost_from_middle_of_last_step(doc):
+    """Every GPU event that starts after the middle of the last step gone; the launch calls, the CPU's events and
+    the capture span kept (a tail cut that kept the capture's bounds)."""
+    last = _steps(doc)[-1]
+    middle = last["ts"] + last["dur"] / 2
+    return _doc(doc, [ev for ev in doc["traceEvents"] if not (ev.get("cat") in GPU_TRACK and ev["ts"] >= middle)])
+
+
+def gpu_events_all_lost(doc):
+    """Every GPU event gone, the launch calls kept: read as is, a CPU-only trace."""
+    return _doc(doc, [ev for ev in doc["traceEvents"] if ev.get("cat") not in GPU_TRACK])

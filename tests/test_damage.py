@@ -71,6 +71,12 @@ GPU_CASES = {
         ["capture_cut", "thin_step"],
     ),
     "a step that lost most of its launches": (D.launches_lost_in_step(1, 0.3), "named", "thin_step"),
+    "GPU events lost from the middle of the last step": (
+        D.gpu_events_lost_from_middle_of_last_step,
+        "withheld",
+        "gpu_stops_early",
+    ),
+    "every GPU event lost": (D.gpu_events_all_lost, "withheld", "gpu_stops_early"),
 }
 
 FILES = {  # what cannot be read at all: one line, exit 1
@@ -338,3 +344,34 @@ def test_zero_length_steps_only_are_one_line_naming_them(tmp_path, capsys):
     path.write_text(json.dumps({"traceEvents": events}))
     code, out, err = run_cli(summarize.main, [str(path)], capsys)
     assert code == 1 and err.count("\n") == 1 and "2 ProfilerStep slices of zero length" in err, err
+
+
+def hand_made(steps=2, launches=3, kernels_in=(1, 2)):
+    """A small GPU trace: steps of 100 us inside the capture span, each with its launches (3 by default) and the
+    kernels of the steps in kernels_in (a kernel 10 us after its launch, 5 us long)."""
+    events = [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 0.0, "dur": 100.0 * steps + 50}]
+    corr = 0
+    for n in range(1, steps + 1):
+        a = 100.0 * n - 90
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": a, "dur": 90.0})
+        for k in range(launches):
+            corr += 1
+            ts = a + 10 * k + 1
+            args = {"correlation": corr}
+            events.append(
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2.0, "args": args}
+            )
+            if n in kernels_in:
+                kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts + 10, "dur": 5.0}
+                events.append({**kernel, "args": {"correlation": corr, "stream": 7}})
+    return events
+
+
+def kinds(events):
+    return {d["kind"]: d["count"] for d in summarize.summarize_events(events)["damage"]}
+
+
+def test_launches_after_the_gpu_s_last_event_are_counted_as_gpu_events_stopping_early():
+    assert kinds(hand_made()) == {}
+    assert kinds(hand_made(kernels_in=(1,))) == {"gpu_stops_early": 3}
+    assert kinds(hand_made(kernels_in=())) == {"gpu_stops_early": 6}, "no GPU event left: every launch counts"

@@ -46,6 +46,11 @@ KINDS = {
     "step_past_capture": ("ProfilerStep slices that reach past the profiler's capture (it ended mid-step)", "kept"),
     "gpu_outside_capture": ("GPU events outside the profiler's capture, or longer than it", "kept"),
     "capture_cut": ("captures whose launch calls stop before their last step ends (their end lost its events)", "kept"),
+    "gpu_stops_early": (
+        "kernel launch calls after the GPU's last event ends, with no GPU record (the GPU's events stop before the "
+        "launches do: the end lost its GPU events)",
+        "kept",
+    ),
     "thin_step": (
         "ProfilerStep slices with under half the kernel launches of their busiest sibling (events lost, or a step "
         "that does other work: gradient accumulation, validation)",
@@ -65,6 +70,7 @@ NEEDS = {
     "step_past_capture": "whole steps",
     "gpu_outside_capture": "the GPU's busy time, which such an event fills",
     "capture_cut": "every step's launches and GPU work",
+    "gpu_stops_early": "the GPU's events of every launch",
     "thin_step": "every step's launches and GPU work",
     "capture_missing": "every event of the capture, and an export cut short loses the last ones",
 }

@@ -1,0 +1,24 @@
+"""What a sound capture holds, checked after the read: passes over the timeline's columns, never per event.
+
+Each check counts one kind of damage in t.damage (steplens/trace/damage.py says what each kind is and what was
+done); docs/EVIDENCE.md#damaged-traces gives the rules."""
+
+from steplens.trace import columns, timeline
+
+
+def check(t: "timeline.Trace") -> None:
+    """Every check below, on a timeline just read."""
+    gpu_stops_early(t)
+
+
+def gpu_stops_early(t: "timeline.Trace") -> None:
+    """Kernel launches that start after the GPU's last event ends, with no GPU record: the GPU's events stop
+    before the launches do. A kernel runs after its launch starts, so a sound trace has none. Launch calls are
+    recorded by the same GPU tracer (CUPTI, roctracer) as the GPU's events: a trace with them had the GPU traced,
+    even where no GPU event is left."""
+    last_gpu = max(t.gpu.end, default=float("-inf"))
+    ids = columns.CorrIndex((corr, i) for i, corr in enumerate(t.gpu.corr))
+    for name, s, e, corr in t.runtime:
+        if name in timeline.LAUNCH_CALLS and s > last_gpu and corr not in ids:
+            ev = {"name": name, "ts": s, "dur": e - s, "correlation": corr, "last_gpu_event_end": last_gpu}
+            t.damage.add("gpu_stops_early", ev, True)

@@ -226,3 +226,17 @@ def gpu_events_lost_from_middle_of_last_step(doc):
 def gpu_events_all_lost(doc):
     """Every GPU event gone, the launch calls kept: read as is, a CPU-only trace."""
     return _doc(doc, [ev for ev in doc["traceEvents"] if ev.get("cat") not in GPU_TRACK])
+
+
+def without_steps(then=None):
+    """The ProfilerStep slices gone (read as one window), then the damage then (if any)."""
+
+    def damage(doc):
+        out = _doc(doc, [ev for ev in doc["traceEvents"] if not str(ev.get("name", "")).startswith(STEP)])
+        return then(out) if then else out
+
+    return damage
+
+
+def op_lasting(dur):
+    return lambda doc: _edit(doc, cat("cpu_op"), lambda ev: ev.update(dur=dur), 1)

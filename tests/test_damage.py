@@ -19,7 +19,8 @@ import damage as D
 import pytest
 
 from steplens.evidence import picture, summarize
-from steplens.trace import reader
+from steplens.trace import reader, timeline
+from steplens.trace.damage import KINDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EAGER = os.path.join(
@@ -77,6 +78,8 @@ GPU_CASES = {
         "gpu_stops_early",
     ),
     "every GPU event lost": (D.gpu_events_all_lost, "withheld", "gpu_stops_early"),
+    "no steps, an operator 10^9 us long": (D.without_steps(D.op_lasting(1e9)), "error", "window_past_capture"),
+    "no steps, a kernel 10^12 us long": (D.without_steps(D.kernel_lasting(1e12)), "error", "gpu_outside_capture"),
 }
 
 FILES = {  # what cannot be read at all: one line, exit 1
@@ -127,6 +130,7 @@ def check(case, doc, base, tmp_path, capsys):
     code, out, err = run_cli(summarize.main, [path, "--json"], capsys)
     if outcome == "error":
         assert code == 1 and err.count("\n") == 1 and "damaged" in err, err
+        assert kind is None or KINDS[kind][0] in err, err
         return
     assert code == 0, err
     ev = json.loads(out)
@@ -368,10 +372,19 @@ def hand_made(steps=2, launches=3, kernels_in=(1, 2)):
 
 
 def kinds(events):
-    return {d["kind"]: d["count"] for d in summarize.summarize_events(events)["damage"]}
+    return dict(timeline.read(lambda: events).damage.counts)
 
 
 def test_launches_after_the_gpu_s_last_event_are_counted_as_gpu_events_stopping_early():
     assert kinds(hand_made()) == {}
     assert kinds(hand_made(kernels_in=(1,))) == {"gpu_stops_early": 3}
     assert kinds(hand_made(kernels_in=())) == {"gpu_stops_early": 6}, "no GPU event left: every launch counts"
+
+
+def test_a_window_read_without_steps_is_checked_against_the_capture_span():
+    window = [ev for ev in hand_made() if not ev["name"].startswith("ProfilerStep")]
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 20.0, "dur": 3.0}
+    assert kinds(window + [op]) == {}
+    assert kinds(window + [dict(op, dur=1e9)]) == {"window_past_capture": 1}
+    no_span = [ev for ev in window if ev["cat"] != "Trace"]
+    assert kinds(no_span + [dict(op, dur=1e9)]) == {}, "without a capture span nothing bounds the window"

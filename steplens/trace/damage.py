@@ -51,6 +51,11 @@ KINDS = {
         "launches do: the end lost its GPU events)",
         "kept",
     ),
+    "window_past_capture": (
+        "traces without steps whose CPU events reach past the profiler's capture (the one window they are read as "
+        "is longer than the capture)",
+        "kept",
+    ),
     "thin_step": (
         "ProfilerStep slices with under half the kernel launches of their busiest sibling (events lost, or a step "
         "that does other work: gradient accumulation, validation)",
@@ -71,6 +76,7 @@ NEEDS = {
     "gpu_outside_capture": "the GPU's busy time, which such an event fills",
     "capture_cut": "every step's launches and GPU work",
     "gpu_stops_early": "the GPU's events of every launch",
+    "window_past_capture": "a window inside the capture, since its length divides every share",
     "thin_step": "every step's launches and GPU work",
     "capture_missing": "every event of the capture, and an export cut short loses the last ones",
 }

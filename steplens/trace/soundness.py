@@ -9,6 +9,7 @@ from steplens.trace import columns, timeline
 def check(t: "timeline.Trace") -> None:
     """Every check below, on a timeline just read."""
     gpu_stops_early(t)
+    window_past_capture(t)
 
 
 def gpu_stops_early(t: "timeline.Trace") -> None:
@@ -22,3 +23,17 @@ def gpu_stops_early(t: "timeline.Trace") -> None:
         if name in timeline.LAUNCH_CALLS and s > last_gpu and corr not in ids:
             ev = {"name": name, "ts": s, "dur": e - s, "correlation": corr, "last_gpu_event_end": last_gpu}
             t.damage.add("gpu_stops_early", ev, True)
+
+
+def window_past_capture(t: "timeline.Trace") -> None:
+    """A trace without steps is read as one window, the span of its CPU events: every one of them must lie inside
+    the profiler's capture, as steps must (timeline.coverage_damage checks the GPU's events). A CPU event past it
+    (a cpu_op 10^9 us long) would stretch the window and thin every share. Without a capture span nothing bounds
+    the window but the events themselves: no check."""
+    if t.steps or not t.captures or t.cpu_span is None:
+        return
+    s, e = t.cpu_span
+    slack = timeline.STEP_SLACK_US
+    if not any(a - slack <= s and e <= b + slack for a, b in t.captures):
+        ev = {"name": "the window", "ts": s, "dur": e - s, "captures": sorted(t.captures)}
+        t.damage.add("window_past_capture", ev, True)

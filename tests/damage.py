@@ -240,3 +240,35 @@ def without_steps(then=None):
 
 def op_lasting(dur):
     return lambda doc: _edit(doc, cat("cpu_op"), lambda ev: ev.update(dur=dur), 1)
+
+
+def _second(doc, dt=0.0, pid=None, span=True):
+    """A copy of the trace's events, dt µs later, its steps numbered 100 higher, its correlation ids 10^7 higher;
+    its CPU events on pid (where given); its capture span kept or not."""
+    cpu_pids = {ev.get("pid") for ev in doc["traceEvents"] if ev.get("cat") in ("cpu_op", "user_annotation")}
+    out = []
+    for ev in copy.deepcopy(doc["traceEvents"]):
+        if not isinstance(ev, dict) or (ev.get("cat") == "Trace" and not span):
+            continue
+        if isinstance(ev.get("ts"), (int, float)):
+            ev["ts"] += dt
+        if str(ev.get("name", "")).startswith(STEP):
+            ev["name"] = f"{STEP}{int(ev['name'][len(STEP) :]) + 100}"
+        if isinstance(ev.get("args"), dict) and "correlation" in ev["args"]:
+            ev["args"]["correlation"] += 10**7
+        if pid is not None and ev.get("pid") in cpu_pids:
+            ev["pid"] = pid
+        out.append(ev)
+    return out
+
+
+def second_capture(doc):
+    """A second capture appended: the trace again, starting 1 ms after its capture span ends, steps renumbered."""
+    span = next(ev for ev in doc["traceEvents"] if ev.get("cat") == "Trace")
+    return _doc(doc, doc["traceEvents"] + _second(doc, dt=span["dur"] + 1000.0))
+
+
+def second_process(doc):
+    """A second process's events merged in: the trace again at the same times on another pid, steps renumbered,
+    without a capture span of its own."""
+    return _doc(doc, doc["traceEvents"] + _second(doc, pid=424242, span=False))

@@ -79,6 +79,8 @@ GPU_CASES = {
     ),
     "every GPU event lost": (D.gpu_events_all_lost, "withheld", "gpu_stops_early"),
     "no steps, an operator 10^9 us long": (D.without_steps(D.op_lasting(1e9)), "error", "window_past_capture"),
+    "a second capture appended": (D.second_capture, "error", "several_captures"),
+    "a second process's events merged in": (D.second_process, "error", "several_processes"),
     "no steps, a kernel 10^12 us long": (D.without_steps(D.kernel_lasting(1e12)), "error", "gpu_outside_capture"),
 }
 
@@ -388,3 +390,14 @@ def test_a_window_read_without_steps_is_checked_against_the_capture_span():
     assert kinds(window + [dict(op, dur=1e9)]) == {"window_past_capture": 1}
     no_span = [ev for ev in window if ev["cat"] != "Trace"]
     assert kinds(no_span + [dict(op, dur=1e9)]) == {}, "without a capture span nothing bounds the window"
+
+
+def test_a_second_capture_span_or_process_is_counted_and_refused():
+    one = hand_made()
+    assert kinds(one) == {}
+    later = [dict(ev, ts=ev["ts"] + 1000) for ev in one]
+    assert kinds(one + [ev for ev in later if ev["cat"] == "Trace"]) == {"several_captures": 1}
+    other = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 20.0, "dur": 5.0, "pid": 7, "tid": 1}
+    assert kinds(one + [other]) == {"several_processes": 1}
+    with pytest.raises(reader.TraceError, match="split it and read each capture alone"):
+        summarize.summarize_events(one + [other])

@@ -42,7 +42,7 @@ from steplens.evidence.formatting import format_brief, format_table
 from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
 from steplens.scopes import SAVE, scope_set
 from steplens.text import say, write
-from steplens.trace import memory
+from steplens.trace import memory, soundness
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.reader import TraceError, iter_events
@@ -412,7 +412,12 @@ WINDOW_ONLY = (
 
 def choose_steps(t: Trace, name: str, step_scope: str | None) -> str | None:
     """The steps to read: --step-scope's slices, else the ProfilerStep#N slices, else the whole capture as one
-    window (a trace without damage only). Returns the note that says which, or None for ProfilerStep#N."""
+    window (a trace without damage only). Returns the note that says which, or None for ProfilerStep#N.
+    A file that holds several captures is refused: read together, their steps would be summed."""
+    merged = [d for d in t.damage.report() if d["kind"] in soundness.MERGED]
+    if merged:
+        found = "; ".join(f"{d['count']} {d['what']}" for d in merged)
+        raise TraceError(f"{name}: the trace is damaged: {found}: split it and read each capture alone")
     if step_scope:
         slices = sorted(t.scopes.get(step_scope) or t.named.get(step_scope) or [])
         if not slices:

@@ -61,6 +61,11 @@ KINDS = {
         "that does other work: gradient accumulation, validation)",
         "kept: named, not withheld, since a sound loop can have such steps",
     ),
+    "several_captures": ("capture spans beyond the first (two captures merged into one file)", "refused"),
+    "several_processes": (
+        "CPU processes beyond the first (two processes' traces merged into one file)",
+        "refused",
+    ),
     "capture_missing": (
         "profiler exports without the profiler's capture span, among the last events it writes (the end is lost)",
         "read as they are",
@@ -78,6 +83,8 @@ NEEDS = {
     "gpu_stops_early": "the GPU's events of every launch",
     "window_past_capture": "a window inside the capture, since its length divides every share",
     "thin_step": "every step's launches and GPU work",
+    "several_captures": "one capture, read alone",
+    "several_processes": "one process, read alone",
     "capture_missing": "every event of the capture, and an export cut short loses the last ones",
 }
 

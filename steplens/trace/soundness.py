@@ -8,8 +8,24 @@ from steplens.trace import columns, timeline
 
 def check(t: "timeline.Trace") -> None:
     """Every check below, on a timeline just read."""
+    several_captures(t)
     gpu_stops_early(t)
     window_past_capture(t)
+
+
+# The kinds that mean a file holds more than one capture: read together, their steps and GPU work would be summed.
+MERGED = ("several_captures", "several_processes")
+
+
+def several_captures(t: "timeline.Trace") -> None:
+    """One file, one capture: the profiler writes one capture span, and its CPU events come from one process
+    (DataLoader workers never appear: docs/EVIDENCE.md). A second span, or CPU events of a second process, is a
+    second capture merged in."""
+    for s, e in sorted(set(t.captures))[1:]:
+        t.damage.add("several_captures", {"name": "PyTorch Profiler", "ts": s, "dur": e - s}, True)
+    pids = list(dict.fromkeys(pid for pid, _ in t.threads.threads()))
+    for pid in pids[1:]:
+        t.damage.add("several_processes", {"pid": pid, "first_pid": pids[0]}, True)
 
 
 def gpu_stops_early(t: "timeline.Trace") -> None:

@@ -79,6 +79,8 @@ GPU_CASES = {
     ),
     "every GPU event lost": (D.gpu_events_all_lost, "withheld", "gpu_stops_early"),
     "no steps, an operator 10^9 us long": (D.without_steps(D.op_lasting(1e9)), "error", "window_past_capture"),
+    "a middle step's length in ns": (D.step_in_ns(1), "named", "step_in_ns"),
+    "the last step's length in ns": (D.step_in_ns(-1), "named", "step_in_ns"),
     "a second capture appended": (D.second_capture, "error", "several_captures"),
     "a second process's events merged in": (D.second_process, "error", "several_processes"),
     "no steps, a kernel 10^12 us long": (D.without_steps(D.kernel_lasting(1e12)), "error", "gpu_outside_capture"),
@@ -401,3 +403,15 @@ def test_a_second_capture_span_or_process_is_counted_and_refused():
     assert kinds(one + [other]) == {"several_processes": 1}
     with pytest.raises(reader.TraceError, match="split it and read each capture alone"):
         summarize.summarize_events(one + [other])
+
+
+def test_a_step_1000_times_its_siblings_with_events_in_us_is_left_out_as_a_length_in_ns():
+    events = hand_made(steps=3, kernels_in=(1, 2, 3))
+    for ev in events:
+        ev["dur"] *= 1000 if ev["name"] == "ProfilerStep#3" else 1
+    t = timeline.read(lambda: events)
+    assert t.damage.counts == {"step_in_ns": 1} and [num for num, _, _ in t.steps] == [1, 2]
+    long_save = {"ph": "X", "cat": "user_annotation", "name": "checkpoint/save", "ts": 211.0, "dur": 89_000.0}
+    unbounded = [ev for ev in events if ev["cat"] != "Trace"] + [long_save]  # no capture span to end it
+    t = timeline.read(lambda: unbounded)
+    assert not t.damage.counts and len(t.steps) == 3, "a long step whose own events fill it is a long step"

@@ -39,6 +39,11 @@ KINDS = {
         "left out",
     ),
     "empty_step": ("ProfilerStep slices of zero length", "left out"),
+    "step_in_ns": (
+        "ProfilerStep slices about 1000 times as long as their siblings while their own events are not (a length "
+        "written in ns, read as µs)",
+        "left out of the steps: their events read as outside every step; the other steps' figures stand",
+    ),
     "unprintable_name": (
         "complete events whose name holds a control character or a lone surrogate",
         "kept, printed escaped; a kernel's name only labels its class",

@@ -3,11 +3,18 @@
 Each check counts one kind of damage in t.damage (steplens/trace/damage.py says what each kind is and what was
 done); docs/EVIDENCE.md#damaged-traces gives the rules."""
 
+import bisect
+
 from steplens.trace import columns, timeline
 
 
+def check_steps(t: "timeline.Trace") -> None:
+    """The checks that change which steps are read: before timeline.step_damage and coverage_damage read them."""
+    steps_in_ns(t)
+
+
 def check(t: "timeline.Trace") -> None:
-    """Every check below, on a timeline just read."""
+    """Every other check below, on a timeline just read."""
     several_captures(t)
     gpu_stops_early(t)
     window_past_capture(t)
@@ -53,3 +60,39 @@ def window_past_capture(t: "timeline.Trace") -> None:
     if not any(a - slack <= s and e <= b + slack for a, b in t.captures):
         ev = {"name": "the window", "ts": s, "dur": e - s, "captures": sorted(t.captures)}
         t.damage.add("window_past_capture", ev, True)
+
+
+NS_RATIO = (300, 3000)  # a step this many times its siblings' median length: 1000x, a length in ns read as µs
+NS_CONTENT = 10  # ...while what starts in it ends within this many median steps: its own events are in µs
+
+
+def steps_in_ns(t: "timeline.Trace") -> None:
+    """A step about 1000 times as long as its siblings' median, whose own events (scopes, annotations, launch calls
+    that start in it, up to the next step) end within a few median steps: its length was written in ns. Its length
+    is unknown, so the step is left out of the steps; its events then read as outside every step."""
+    if len(t.steps) < 2:
+        return
+    walls = sorted(e - s for _, s, e in t.steps)
+    starts = sorted(s for _, s, _ in t.steps)
+    middle = (len(walls) - 1) // 2  # the median's place among the others, the step's own length left out
+    lost = set()
+    for i, (num, s, e) in enumerate(t.steps):
+        median = walls[middle] if middle < bisect.bisect_left(walls, e - s) else walls[middle + 1]
+        if not NS_RATIO[0] * median <= e - s <= NS_RATIO[1] * median:
+            continue
+        k = bisect.bisect_right(starts, s)
+        until = min(e, starts[k]) if k < len(starts) else e
+        ends = [b for a, b in _content(t) if s <= a < until]
+        if ends and max(ends) <= s + NS_CONTENT * median:
+            t.damage.add(
+                "step_in_ns", {"name": f"ProfilerStep#{num}", "ts": s, "dur": e - s, "siblings": median}, False
+            )
+            lost.add(i)
+    t.steps = [step for i, step in enumerate(t.steps) if i not in lost]
+
+
+def _content(t: "timeline.Trace"):
+    """(start, end) of the CPU-side events the timeline keeps: scopes, other annotations, launch calls."""
+    for slices in (*t.scopes.values(), *t.named.values(), t.loader):
+        yield from slices
+    yield from zip(t.runtime.start, t.runtime.end)

@@ -205,6 +205,7 @@ def extract(
         elif cat == CAPTURE_CAT:
             t.captures.append((s, e))
     t.steps.sort()
+    soundness.check_steps(t)
     step_damage(t)
     coverage_damage(t)
     soundness.check(t)

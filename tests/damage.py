@@ -277,3 +277,14 @@ def second_process(doc):
 def step_in_ns(index):
     """One step's length written in ns: 1000 times as long, its events untouched."""
     return lambda doc: _edit(doc, named(_steps(doc)[index]["name"]), lambda ev: ev.update(dur=ev["dur"] * 1000))
+
+
+def kernels_again_shifted(share, shift=1.0):
+    """A share of the kernels written a second time, shift µs later (so no exact duplicate), same correlation id."""
+
+    def damage(doc):
+        kernels = [ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel"]
+        again = [dict(ev, ts=ev["ts"] + shift) for ev in kernels[:: int(1 / share)]]
+        return _doc(doc, doc["traceEvents"] + again)
+
+    return damage

@@ -81,6 +81,7 @@ GPU_CASES = {
     "no steps, an operator 10^9 us long": (D.without_steps(D.op_lasting(1e9)), "error", "window_past_capture"),
     "a middle step's length in ns": (D.step_in_ns(1), "named", "step_in_ns"),
     "the last step's length in ns": (D.step_in_ns(-1), "named", "step_in_ns"),
+    "a tenth of the kernels again, 1 us later": (D.kernels_again_shifted(0.1), "withheld", "repeated_gpu_record"),
     "a second capture appended": (D.second_capture, "error", "several_captures"),
     "a second process's events merged in": (D.second_process, "error", "several_processes"),
     "no steps, a kernel 10^12 us long": (D.without_steps(D.kernel_lasting(1e12)), "error", "gpu_outside_capture"),
@@ -415,3 +416,12 @@ def test_a_step_1000_times_its_siblings_with_events_in_us_is_left_out_as_a_lengt
     unbounded = [ev for ev in events if ev["cat"] != "Trace"] + [long_save]  # no capture span to end it
     t = timeline.read(lambda: unbounded)
     assert not t.damage.counts and len(t.steps) == 3, "a long step whose own events fill it is a long step"
+
+
+def test_a_kernel_recorded_twice_under_one_launch_is_counted_but_a_graph_s_kernels_are_not():
+    events = hand_made()
+    kernel = next(ev for ev in events if ev["cat"] == "kernel")
+    assert kinds(events + [dict(kernel, ts=kernel["ts"] + 1)]) == {"repeated_gpu_record": 1}
+    for ev in events:
+        ev["name"] = "cudaGraphLaunch" if ev["name"] == "cudaLaunchKernel" else ev["name"]
+    assert kinds(events + [dict(kernel, ts=kernel["ts"] + 1)]) == {}, "a graph launch's id is on all its kernels"

@@ -61,6 +61,11 @@ KINDS = {
         "is longer than the capture)",
         "kept",
     ),
+    "repeated_gpu_record": (
+        "GPU events that carry the correlation id of another GPU event of the same launch, a launch that is no graph "
+        "launch (a record written twice, its start shifted)",
+        "kept",
+    ),
     "thin_step": (
         "ProfilerStep slices with under half the kernel launches of their busiest sibling (events lost, or a step "
         "that does other work: gradient accumulation, validation)",
@@ -87,6 +92,7 @@ NEEDS = {
     "capture_cut": "every step's launches and GPU work",
     "gpu_stops_early": "the GPU's events of every launch",
     "window_past_capture": "a window inside the capture, since its length divides every share",
+    "repeated_gpu_record": "one GPU record per launch, since a second one adds busy time",
     "thin_step": "every step's launches and GPU work",
     "several_captures": "one capture, read alone",
     "several_processes": "one process, read alone",

@@ -17,6 +17,7 @@ def check(t: "timeline.Trace") -> None:
     """Every other check below, on a timeline just read."""
     several_captures(t)
     gpu_stops_early(t)
+    repeated_gpu_records(t)
     window_past_capture(t)
 
 
@@ -96,3 +97,30 @@ def _content(t: "timeline.Trace"):
     for slices in (*t.scopes.values(), *t.named.values(), t.loader):
         yield from slices
     yield from zip(t.runtime.start, t.runtime.end)
+
+
+def repeated_gpu_records(t: "timeline.Trace") -> None:
+    """GPU events that share one launch's correlation id, where that launch is no graph launch: a kernel launch, a
+    copy or a memset puts one record on the GPU, so the second is a copy (with a shifted start, else the reader
+    removed it as a duplicate). A graph launch's id is on every kernel of its graph."""
+    seen, repeated = set(), {}
+    for i, corr in enumerate(t.gpu.corr):
+        if corr is None:
+            continue
+        if corr in seen:
+            repeated.setdefault(corr, []).append(i)
+        seen.add(corr)
+    if not repeated:
+        return
+    launches = {corr: name for name, _, _, corr in t.runtime if corr in repeated}
+    for corr, extra in repeated.items():
+        if corr not in launches or launches[corr] in timeline.GRAPH_LAUNCH_CALLS:
+            continue  # launched before the trace (a graph's, maybe), or a graph launch
+        for i in extra:
+            ev = {
+                "name": t.gpu.name(i),
+                "ts": t.gpu.start[i],
+                "dur": t.gpu.end[i] - t.gpu.start[i],
+                "correlation": corr,
+            }
+            t.damage.add("repeated_gpu_record", ev, True)

@@ -288,3 +288,8 @@ def kernels_again_shifted(share, shift=1.0):
         return _doc(doc, doc["traceEvents"] + again)
 
     return damage
+
+
+def without_correlation(keep):
+    """The correlation id gone from the args of the events keep() selects."""
+    return lambda doc: _edit(doc, keep, lambda ev: ev["args"].pop("correlation"))

@@ -82,6 +82,7 @@ GPU_CASES = {
     "a middle step's length in ns": (D.step_in_ns(1), "named", "step_in_ns"),
     "the last step's length in ns": (D.step_in_ns(-1), "named", "step_in_ns"),
     "a tenth of the kernels again, 1 us later": (D.kernels_again_shifted(0.1), "withheld", "repeated_gpu_record"),
+    "kernels without correlation ids": (D.without_correlation(D.cat("kernel")), "withheld", "no_correlation"),
     "a second capture appended": (D.second_capture, "error", "several_captures"),
     "a second process's events merged in": (D.second_process, "error", "several_processes"),
     "no steps, a kernel 10^12 us long": (D.without_steps(D.kernel_lasting(1e12)), "error", "gpu_outside_capture"),
@@ -425,3 +426,15 @@ def test_a_kernel_recorded_twice_under_one_launch_is_counted_but_a_graph_s_kerne
     for ev in events:
         ev["name"] = "cudaGraphLaunch" if ev["name"] == "cudaLaunchKernel" else ev["name"]
     assert kinds(events + [dict(kernel, ts=kernel["ts"] + 1)]) == {}, "a graph launch's id is on all its kernels"
+
+
+def test_gpu_events_without_correlation_ids_are_named_so_not_as_dropped_records():
+    events = hand_made(kernels_in=(1, 2))
+    for ev in events:
+        if ev["cat"] == "kernel":
+            ev["args"].pop("correlation")
+    ev = summarize.summarize_events(events)
+    assert {d["kind"]: d["count"] for d in ev["damage"]} == {"no_correlation": 6}
+    reasons = [s["gpu_null_reason"] for s in ev["steps"]] + ev["notes"]
+    assert all("profiler dropped" not in r for r in reasons if r), reasons
+    assert any("lack correlation ids" in r for r in reasons if r), reasons

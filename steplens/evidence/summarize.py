@@ -196,6 +196,7 @@ DROPPED_AT = 0.01  # past this share of a step's launches without their GPU reco
 
 # Why launches have no GPU record, by the damage that explains it (steplens/trace/damage.py), else the profiler.
 LOST_BECAUSE = {
+    "no_correlation": "the trace's GPU events lack correlation ids, so no launch can be matched to its GPU work",
     "gpu_stops_early": "the trace's GPU events stop before its launches do: its end lost them",
 }
 DROPPED = "the profiler dropped them"

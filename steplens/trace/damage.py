@@ -51,6 +51,10 @@ KINDS = {
     "step_past_capture": ("ProfilerStep slices that reach past the profiler's capture (it ended mid-step)", "kept"),
     "gpu_outside_capture": ("GPU events outside the profiler's capture, or longer than it", "kept"),
     "capture_cut": ("captures whose launch calls stop before their last step ends (their end lost its events)", "kept"),
+    "no_correlation": (
+        "GPU events without a correlation id (the id that ties each to its launch: a converted or edited trace)",
+        "kept; the launches they leave unmatched are said to be unmatched, not dropped by the profiler",
+    ),
     "gpu_stops_early": (
         "kernel launch calls after the GPU's last event ends, with no GPU record (the GPU's events stop before the "
         "launches do: the end lost its GPU events)",
@@ -90,6 +94,7 @@ NEEDS = {
     "step_past_capture": "whole steps",
     "gpu_outside_capture": "the GPU's busy time, which such an event fills",
     "capture_cut": "every step's launches and GPU work",
+    "no_correlation": "each GPU event's correlation id, which ties it to the launch and the step it belongs to",
     "gpu_stops_early": "the GPU's events of every launch",
     "window_past_capture": "a window inside the capture, since its length divides every share",
     "repeated_gpu_record": "one GPU record per launch, since a second one adds busy time",

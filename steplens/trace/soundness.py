@@ -16,6 +16,7 @@ def check_steps(t: "timeline.Trace") -> None:
 def check(t: "timeline.Trace") -> None:
     """Every other check below, on a timeline just read."""
     several_captures(t)
+    no_correlation(t)
     gpu_stops_early(t)
     repeated_gpu_records(t)
     window_past_capture(t)
@@ -34,6 +35,15 @@ def several_captures(t: "timeline.Trace") -> None:
     pids = list(dict.fromkeys(pid for pid, _ in t.threads.threads()))
     for pid in pids[1:]:
         t.damage.add("several_processes", {"pid": pid, "first_pid": pids[0]}, True)
+
+
+def no_correlation(t: "timeline.Trace") -> None:
+    """GPU events without a correlation id: the profiler writes one on each, the id of its launch. Without it the
+    GPU's work cannot be tied to its launch, and every launch would read as one whose record was dropped."""
+    for i, corr in enumerate(t.gpu.corr):
+        if corr is None:
+            ev = {"name": t.gpu.name(i), "ts": t.gpu.start[i], "dur": t.gpu.end[i] - t.gpu.start[i]}
+            t.damage.add("no_correlation", ev, True)
 
 
 def gpu_stops_early(t: "timeline.Trace") -> None:

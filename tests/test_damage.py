@@ -401,10 +401,12 @@ def test_a_second_capture_span_or_process_is_counted_and_refused():
     assert kinds(one) == {}
     later = [dict(ev, ts=ev["ts"] + 1000) for ev in one]
     assert kinds(one + [ev for ev in later if ev["cat"] == "Trace"]) == {"several_captures": 1}
-    other = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 20.0, "dur": 5.0, "pid": 7, "tid": 1}
-    assert kinds(one + [other]) == {"several_processes": 1}
+    named_once = [dict(ev, pid=7) if ev["cat"] == "cuda_runtime" else ev for ev in one]
+    assert kinds(named_once) == {}, "events without a pid are no second process"
+    other = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 20.0, "dur": 5.0, "pid": 8, "tid": 1}
+    assert kinds(named_once + [other]) == {"several_processes": 1}
     with pytest.raises(reader.TraceError, match="split it and read each capture alone"):
-        summarize.summarize_events(one + [other])
+        summarize.summarize_events(named_once + [other])
 
 
 def test_a_step_1000_times_its_siblings_with_events_in_us_is_left_out_as_a_length_in_ns():
@@ -438,3 +440,7 @@ def test_gpu_events_without_correlation_ids_are_named_so_not_as_dropped_records(
     reasons = [s["gpu_null_reason"] for s in ev["steps"]] + ev["notes"]
     assert all("profiler dropped" not in r for r in reasons if r), reasons
     assert any("lack correlation ids" in r for r in reasons if r), reasons
+    assert ev["damage_withheld"] and ev["verdict"]["stage"] is None
+    no_launches = [e for e in events if e["cat"] != "cuda_runtime"]
+    ev = summarize.summarize_events(no_launches)
+    assert ev["damage"][0]["kind"] == "no_correlation" and ev["damage_withheld"] is None, "no launch to match: clock"

@@ -53,7 +53,7 @@ KINDS = {
     "capture_cut": ("captures whose launch calls stop before their last step ends (their end lost its events)", "kept"),
     "no_correlation": (
         "GPU events without a correlation id (the id that ties each to its launch: a converted or edited trace)",
-        "kept; the launches they leave unmatched are said to be unmatched, not dropped by the profiler",
+        "placed by the clock; where launches are left unmatched, they are said to be, not dropped by the profiler",
     ),
     "gpu_stops_early": (
         "kernel launch calls after the GPU's last event ends, with no GPU record (the GPU's events stop before the "

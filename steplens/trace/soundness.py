@@ -32,18 +32,24 @@ def several_captures(t: "timeline.Trace") -> None:
     second capture merged in."""
     for s, e in sorted(set(t.captures))[1:]:
         t.damage.add("several_captures", {"name": "PyTorch Profiler", "ts": s, "dur": e - s}, True)
-    pids = list(dict.fromkeys(pid for pid, _ in t.threads.threads()))
+    pids = list(dict.fromkeys(pid for pid, _ in t.threads.threads() if pid is not None))  # none: no process named
     for pid in pids[1:]:
         t.damage.add("several_processes", {"pid": pid, "first_pid": pids[0]}, True)
 
 
 def no_correlation(t: "timeline.Trace") -> None:
-    """GPU events without a correlation id: the profiler writes one on each, the id of its launch. Without it the
-    GPU's work cannot be tied to its launch, and every launch would read as one whose record was dropped."""
-    for i, corr in enumerate(t.gpu.corr):
-        if corr is None:
-            ev = {"name": t.gpu.name(i), "ts": t.gpu.start[i], "dur": t.gpu.end[i] - t.gpu.start[i]}
-            t.damage.add("no_correlation", ev, True)
+    """GPU events without a correlation id: the profiler writes one on each, the id of its launch. The clock then
+    places them (attribution.attribute). Where launches are left without a GPU record, the ids would have matched
+    them, and those launches would read as dropped by the profiler: the events touch the figures there."""
+    missing = [i for i, corr in enumerate(t.gpu.corr) if corr is None]
+    if not missing:
+        return
+    ids = columns.CorrIndex((corr, i) for i, corr in enumerate(t.gpu.corr))
+    work = timeline.WORK_CALLS - timeline.MEMSET_CALLS
+    unmatched = any(name in work and corr not in ids for name, _, _, corr in t.runtime)
+    for i in missing:
+        ev = {"name": t.gpu.name(i), "ts": t.gpu.start[i], "dur": t.gpu.end[i] - t.gpu.start[i]}
+        t.damage.add("no_correlation", ev, unmatched)
 
 
 def gpu_stops_early(t: "timeline.Trace") -> None:

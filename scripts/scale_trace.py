@@ -6,6 +6,7 @@
 Each copy is the whole original shifted by the original's time span (plus 1 ms) per copy; its
 correlation ids, External ids, flow ids and ProfilerStep numbers are offset so that no two copies
 share one, so every copy's steps read like the original's. Metadata events (ph M) are written once.
+The profiler's capture span (cat Trace) is written once too, stretched over every copy: one capture, not several.
 The output is written as a stream (gzipped when its name ends in .gz): memory holds the original only.
 """
 
@@ -105,7 +106,12 @@ def main(argv=None):
                 for ev in events:
                     if k and ev.get("ph") == "M":
                         continue
-                    text = json.dumps(shifted(ev, k, off))
+                    if ev.get("cat") == "Trace":  # one capture span over every copy, written with the last one
+                        if k < copies - 1:
+                            continue
+                        text = json.dumps(dict(ev, dur=ev["dur"] + k * off["time"]))
+                    else:
+                        text = json.dumps(shifted(ev, k, off))
                     f.write(text if first else ",\n" + text)
                     written += len(text) + 2
                     first = False

@@ -44,6 +44,15 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    name = argv[0] if argv and argv[0] in COMMANDS else None
+    try:  # from the first line: Ctrl-C at any moment of the command is one line and the shell's code for SIGINT
+        return run(argv)
+    except KeyboardInterrupt:
+        print(f"steplens{' ' + name if name else ''}: interrupted", file=sys.stderr)
+        return 130
+
+
+def run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(usage())
         return 0 if argv else 2
@@ -57,9 +66,5 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if hasattr(signal, "SIGPIPE"):  # `steplens summarize --json T | head` ends quietly, as other commands do
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
-        module = importlib.import_module(COMMANDS[argv[0]][0])
-        return module.main(argv[1:])
-    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT, no traceback
-        print(f"steplens {argv[0]}: interrupted", file=sys.stderr)
-        return 130
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return module.main(argv[1:])

@@ -210,3 +210,86 @@ def launches_lost_from_middle_of_last_step(doc):
             if not (ev.get("cat") in runtime_or_gpu and (ev.get("args") or {}).get("correlation") in lost)
         ],
     )
+
+
+GPU_TRACK = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+
+
+def gpu_events_lost_from_middle_of_last_step(doc):
+    """Every GPU event that starts after the middle of the last step gone; the launch calls, the CPU's events and
+    the capture span kept (a tail cut that kept the capture's bounds)."""
+    last = _steps(doc)[-1]
+    middle = last["ts"] + last["dur"] / 2
+    return _doc(doc, [ev for ev in doc["traceEvents"] if not (ev.get("cat") in GPU_TRACK and ev["ts"] >= middle)])
+
+
+def gpu_events_all_lost(doc):
+    """Every GPU event gone, the launch calls kept: read as is, a CPU-only trace."""
+    return _doc(doc, [ev for ev in doc["traceEvents"] if ev.get("cat") not in GPU_TRACK])
+
+
+def without_steps(then=None):
+    """The ProfilerStep slices gone (read as one window), then the damage then (if any)."""
+
+    def damage(doc):
+        out = _doc(doc, [ev for ev in doc["traceEvents"] if not str(ev.get("name", "")).startswith(STEP)])
+        return then(out) if then else out
+
+    return damage
+
+
+def op_lasting(dur):
+    return lambda doc: _edit(doc, cat("cpu_op"), lambda ev: ev.update(dur=dur), 1)
+
+
+def _second(doc, dt=0.0, pid=None, span=True):
+    """A copy of the trace's events, dt µs later, its steps numbered 100 higher, its correlation ids 10^7 higher;
+    its CPU events on pid (where given); its capture span kept or not."""
+    cpu_pids = {ev.get("pid") for ev in doc["traceEvents"] if ev.get("cat") in ("cpu_op", "user_annotation")}
+    out = []
+    for ev in copy.deepcopy(doc["traceEvents"]):
+        if not isinstance(ev, dict) or (ev.get("cat") == "Trace" and not span):
+            continue
+        if isinstance(ev.get("ts"), (int, float)):
+            ev["ts"] += dt
+        if str(ev.get("name", "")).startswith(STEP):
+            ev["name"] = f"{STEP}{int(ev['name'][len(STEP) :]) + 100}"
+        if isinstance(ev.get("args"), dict) and "correlation" in ev["args"]:
+            ev["args"]["correlation"] += 10**7
+        if pid is not None and ev.get("pid") in cpu_pids:
+            ev["pid"] = pid
+        out.append(ev)
+    return out
+
+
+def second_capture(doc):
+    """A second capture appended: the trace again, starting 1 ms after its capture span ends, steps renumbered."""
+    span = next(ev for ev in doc["traceEvents"] if ev.get("cat") == "Trace")
+    return _doc(doc, doc["traceEvents"] + _second(doc, dt=span["dur"] + 1000.0))
+
+
+def second_process(doc):
+    """A second process's events merged in: the trace again at the same times on another pid, steps renumbered,
+    without a capture span of its own."""
+    return _doc(doc, doc["traceEvents"] + _second(doc, pid=424242, span=False))
+
+
+def step_in_ns(index):
+    """One step's length written in ns: 1000 times as long, its events untouched."""
+    return lambda doc: _edit(doc, named(_steps(doc)[index]["name"]), lambda ev: ev.update(dur=ev["dur"] * 1000))
+
+
+def kernels_again_shifted(share, shift=1.0):
+    """A share of the kernels written a second time, shift µs later (so no exact duplicate), same correlation id."""
+
+    def damage(doc):
+        kernels = [ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel"]
+        again = [dict(ev, ts=ev["ts"] + shift) for ev in kernels[:: int(1 / share)]]
+        return _doc(doc, doc["traceEvents"] + again)
+
+    return damage
+
+
+def without_correlation(keep):
+    """The correlation id gone from the args of the events keep() selects."""
+    return lambda doc: _edit(doc, keep, lambda ev: ev["args"].pop("correlation"))

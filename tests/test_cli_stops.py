@@ -31,3 +31,16 @@ def test_roofline_model_without_torch_says_what_to_install(monkeypatch, capsys, 
     code = roofline.main([str(trace), "--model", "train:build_model"])
     out, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "--model needs torch" in err and "pip install torch" in err, err
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"]])
+def test_ctrl_c_before_a_subcommand_runs_is_one_line_and_exit_130(argv, monkeypatch, capsys):
+    """Everything main does is inside its handler: here, writing the usage."""
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "usage", interrupted)
+    assert cli.main(argv) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err == "steplens: interrupted\n"

@@ -19,7 +19,8 @@ import damage as D
 import pytest
 
 from steplens.evidence import picture, summarize
-from steplens.trace import reader
+from steplens.trace import reader, timeline
+from steplens.trace.damage import KINDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EAGER = os.path.join(
@@ -71,6 +72,20 @@ GPU_CASES = {
         ["capture_cut", "thin_step"],
     ),
     "a step that lost most of its launches": (D.launches_lost_in_step(1, 0.3), "named", "thin_step"),
+    "GPU events lost from the middle of the last step": (
+        D.gpu_events_lost_from_middle_of_last_step,
+        "withheld",
+        "gpu_stops_early",
+    ),
+    "every GPU event lost": (D.gpu_events_all_lost, "withheld", "gpu_stops_early"),
+    "no steps, an operator 10^9 us long": (D.without_steps(D.op_lasting(1e9)), "error", "window_past_capture"),
+    "a middle step's length in ns": (D.step_in_ns(1), "named", "step_in_ns"),
+    "the last step's length in ns": (D.step_in_ns(-1), "named", "step_in_ns"),
+    "a tenth of the kernels again, 1 us later": (D.kernels_again_shifted(0.1), "withheld", "repeated_gpu_record"),
+    "kernels without correlation ids": (D.without_correlation(D.cat("kernel")), "withheld", "no_correlation"),
+    "a second capture appended": (D.second_capture, "error", "several_captures"),
+    "a second process's events merged in": (D.second_process, "error", "several_processes"),
+    "no steps, a kernel 10^12 us long": (D.without_steps(D.kernel_lasting(1e12)), "error", "gpu_outside_capture"),
 }
 
 FILES = {  # what cannot be read at all: one line, exit 1
@@ -121,6 +136,7 @@ def check(case, doc, base, tmp_path, capsys):
     code, out, err = run_cli(summarize.main, [path, "--json"], capsys)
     if outcome == "error":
         assert code == 1 and err.count("\n") == 1 and "damaged" in err, err
+        assert kind is None or KINDS[kind][0] in err, err
         return
     assert code == 0, err
     ev = json.loads(out)
@@ -338,3 +354,93 @@ def test_zero_length_steps_only_are_one_line_naming_them(tmp_path, capsys):
     path.write_text(json.dumps({"traceEvents": events}))
     code, out, err = run_cli(summarize.main, [str(path)], capsys)
     assert code == 1 and err.count("\n") == 1 and "2 ProfilerStep slices of zero length" in err, err
+
+
+def hand_made(steps=2, launches=3, kernels_in=(1, 2)):
+    """A small GPU trace: steps of 100 us inside the capture span, each with its launches (3 by default) and the
+    kernels of the steps in kernels_in (a kernel 10 us after its launch, 5 us long)."""
+    events = [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 0.0, "dur": 100.0 * steps + 50}]
+    corr = 0
+    for n in range(1, steps + 1):
+        a = 100.0 * n - 90
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": a, "dur": 90.0})
+        for k in range(launches):
+            corr += 1
+            ts = a + 10 * k + 1
+            args = {"correlation": corr}
+            events.append(
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2.0, "args": args}
+            )
+            if n in kernels_in:
+                kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts + 10, "dur": 5.0}
+                events.append({**kernel, "args": {"correlation": corr, "stream": 7}})
+    return events
+
+
+def kinds(events):
+    return dict(timeline.read(lambda: events).damage.counts)
+
+
+def test_launches_after_the_gpu_s_last_event_are_counted_as_gpu_events_stopping_early():
+    assert kinds(hand_made()) == {}
+    assert kinds(hand_made(kernels_in=(1,))) == {"gpu_stops_early": 3}
+    assert kinds(hand_made(kernels_in=())) == {"gpu_stops_early": 6}, "no GPU event left: every launch counts"
+
+
+def test_a_window_read_without_steps_is_checked_against_the_capture_span():
+    window = [ev for ev in hand_made() if not ev["name"].startswith("ProfilerStep")]
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 20.0, "dur": 3.0}
+    assert kinds(window + [op]) == {}
+    assert kinds(window + [dict(op, dur=1e9)]) == {"window_past_capture": 1}
+    no_span = [ev for ev in window if ev["cat"] != "Trace"]
+    assert kinds(no_span + [dict(op, dur=1e9)]) == {}, "without a capture span nothing bounds the window"
+
+
+def test_a_second_capture_span_or_process_is_counted_and_refused():
+    one = hand_made()
+    assert kinds(one) == {}
+    later = [dict(ev, ts=ev["ts"] + 1000) for ev in one]
+    assert kinds(one + [ev for ev in later if ev["cat"] == "Trace"]) == {"several_captures": 1}
+    named_once = [dict(ev, pid=7) if ev["cat"] == "cuda_runtime" else ev for ev in one]
+    assert kinds(named_once) == {}, "events without a pid are no second process"
+    other = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 20.0, "dur": 5.0, "pid": 8, "tid": 1}
+    assert kinds(named_once + [other]) == {"several_processes": 1}
+    with pytest.raises(reader.TraceError, match="split it and read each capture alone"):
+        summarize.summarize_events(named_once + [other])
+
+
+def test_a_step_1000_times_its_siblings_with_events_in_us_is_left_out_as_a_length_in_ns():
+    events = hand_made(steps=3, kernels_in=(1, 2, 3))
+    for ev in events:
+        ev["dur"] *= 1000 if ev["name"] == "ProfilerStep#3" else 1
+    t = timeline.read(lambda: events)
+    assert t.damage.counts == {"step_in_ns": 1} and [num for num, _, _ in t.steps] == [1, 2]
+    long_save = {"ph": "X", "cat": "user_annotation", "name": "checkpoint/save", "ts": 211.0, "dur": 89_000.0}
+    unbounded = [ev for ev in events if ev["cat"] != "Trace"] + [long_save]  # no capture span to end it
+    t = timeline.read(lambda: unbounded)
+    assert not t.damage.counts and len(t.steps) == 3, "a long step whose own events fill it is a long step"
+
+
+def test_a_kernel_recorded_twice_under_one_launch_is_counted_but_a_graph_s_kernels_are_not():
+    events = hand_made()
+    kernel = next(ev for ev in events if ev["cat"] == "kernel")
+    assert kinds(events + [dict(kernel, ts=kernel["ts"] + 1)]) == {"repeated_gpu_record": 1}
+    for ev in events:
+        ev["name"] = "cudaGraphLaunch" if ev["name"] == "cudaLaunchKernel" else ev["name"]
+    assert kinds(events + [dict(kernel, ts=kernel["ts"] + 1)]) == {}, "a graph launch's id is on all its kernels"
+
+
+def test_gpu_events_without_correlation_ids_are_named_so_not_as_dropped_records():
+    events = hand_made(kernels_in=(1, 2))
+    for ev in events:
+        if ev["cat"] == "kernel":
+            ev["args"].pop("correlation")
+    ev = summarize.summarize_events(events)
+    assert {d["kind"]: d["count"] for d in ev["damage"]} == {"no_correlation": 6}
+    reasons = [s["gpu_null_reason"] for s in ev["steps"]] + ev["notes"]
+    assert all("profiler dropped" not in r for r in reasons if r), reasons
+    assert any("lack correlation ids" in r for r in reasons if r), reasons
+    assert ev["damage_withheld"] and ev["verdict"]["stage"] is None
+    no_launches = [e for e in events if e["cat"] != "cuda_runtime"]
+    ev = summarize.summarize_events(no_launches)
+    assert ev["damage"][0]["kind"] == "no_correlation" and ev["damage_withheld"] is None, "no launch to match: clock"

@@ -42,7 +42,7 @@ from steplens.evidence.formatting import format_brief, format_table
 from steplens.evidence.roofline import device_of, format_roofline, read_with_operators, roofline
 from steplens.scopes import SAVE, scope_set
 from steplens.text import say, write
-from steplens.trace import memory
+from steplens.trace import memory, soundness
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.reader import TraceError, iter_events
@@ -194,22 +194,40 @@ def cpu_only_evidence(r: _Reading, evidence: dict[str, Any], lanes: bool) -> dic
 DROPPED_AT = 0.01  # past this share of a step's launches without their GPU record, its GPU figures are null
 
 
-def dropped_reason(lost: int, launched: int, whose: str) -> str:
+# Why launches have no GPU record, by the damage that explains it (steplens/trace/damage.py), else the profiler.
+LOST_BECAUSE = {
+    "no_correlation": "the trace's GPU events lack correlation ids, so no launch can be matched to its GPU work",
+    "gpu_stops_early": "the trace's GPU events stop before its launches do: its end lost them",
+}
+DROPPED = "the profiler dropped them"
+
+
+def lost_because(t: Trace) -> str:
+    """Why the trace's launches miss their GPU records: a damage named in t.damage, else the profiler's drops."""
+    return next((why for kind, why in LOST_BECAUSE.items() if kind in t.damage.counts), DROPPED)
+
+
+def dropped_reason(lost: int, launched: int, whose: str, because: str = DROPPED) -> str:
     return (
-        f"the trace has no GPU record for {lost} of {whose} {launched} launches (the profiler dropped them): "
+        f"the trace has no GPU record for {lost} of {whose} {launched} launches ({because}): "
         f"more than {DROPPED_AT:.0%}, so its GPU figures would read the missing work as idle time"
     )
 
 
-def dropped_note(steps: list[dict[str, Any]]) -> list[str]:
+def dropped_note(steps: list[dict[str, Any]], because: str = DROPPED) -> list[str]:
     """The note on launches whose GPU work is not in the trace (Kineto drops records, most near its start)."""
     hit = [s for s in steps if s.get("launches_without_gpu_work")]
     if not hit:
         return []
     each = ", ".join(f"#{s['step']}: {s['launches_without_gpu_work']} of {s['gpu_work_launches']}" for s in hit)
+    why = (
+        "the profiler dropped those records (Kineto drops GPU records it sees as out of range, most just after it "
+        "starts)"
+        if because == DROPPED
+        else because
+    )
     return [
-        f"launches without their GPU work in the trace ({each}): the profiler dropped those records (Kineto "
-        "drops GPU records it sees as out of range, most just after it starts); a step missing more than "
+        f"launches without their GPU work in the trace ({each}): {why}; a step missing more than "
         f"{DROPPED_AT:.0%} of its launches' records has null GPU figures"
     ]
 
@@ -250,7 +268,7 @@ def step_evidence(
     launched, lost = r.launches(num)
     step["gpu_work_launches"], step["launches_without_gpu_work"] = launched, lost
     if lost > DROPPED_AT * launched:
-        slot, reason = None, dropped_reason(lost, launched, "this step's")
+        slot, reason = None, dropped_reason(lost, launched, "this step's", lost_because(t))
     if slot and step["gpu_work_us"] > step["gpu_span_us"] + EPS_US:  # the invariant: work fits in its slot
         reason = (
             f"the GPU work this step launched ({step['gpu_work_us']:.1f} us) exceeds its GPU span "
@@ -303,7 +321,7 @@ def window_evidence(
     window["gpu_work_launches"], window["launches_without_gpu_work"] = launched, lost
     views = r.views(r.window_cpu, [[a, b] for a, b in window_span] if window["gpu_span_us"] else [])
     if lost > DROPPED_AT * launched:
-        window["gpu_span_null_reason"] = dropped_reason(lost, launched, "the window's")
+        window["gpu_span_null_reason"] = dropped_reason(lost, launched, "the window's", lost_because(t))
         views = {"cpu_steps": None, "gpu_timeline": None}
     r.fill(window, views, window["gpu_span_null_reason"])
     complete = [num for num, slot in slots.items() if slot]
@@ -395,7 +413,12 @@ WINDOW_ONLY = (
 
 def choose_steps(t: Trace, name: str, step_scope: str | None) -> str | None:
     """The steps to read: --step-scope's slices, else the ProfilerStep#N slices, else the whole capture as one
-    window (a trace without damage only). Returns the note that says which, or None for ProfilerStep#N."""
+    window (a trace without damage only). Returns the note that says which, or None for ProfilerStep#N.
+    A file that holds several captures is refused: read together, their steps would be summed."""
+    merged = [d for d in t.damage.report() if d["kind"] in soundness.MERGED]
+    if merged:
+        found = "; ".join(f"{d['count']} {d['what']}" for d in merged)
+        raise TraceError(f"{name}: the trace is damaged: {found}: split it and read each capture alone")
     if step_scope:
         slices = sorted(t.scopes.get(step_scope) or t.named.get(step_scope) or [])
         if not slices:
@@ -446,7 +469,7 @@ def summarize_trace(
     window = window_evidence(r, window_work, window_span, lag, slots, slot_reason)
     # 4) what the figures leave out, and the verdict
     pre, out = bucket(r.before), bucket(r.outside)
-    evidence["notes"] += trace_notes(r, runs_ahead, window_work, pre, out) + dropped_note(per_step)
+    evidence["notes"] += trace_notes(r, runs_ahead, window_work, pre, out) + dropped_note(per_step, lost_because(t))
     evidence.update(
         gpu_idle_share=window["gpu_idle_share"],
         input_gap_share=window["input_gap_share"],

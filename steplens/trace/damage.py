@@ -39,6 +39,11 @@ KINDS = {
         "left out",
     ),
     "empty_step": ("ProfilerStep slices of zero length", "left out"),
+    "step_in_ns": (
+        "ProfilerStep slices about 1000 times as long as their siblings while their own events are not (a length "
+        "written in ns, read as µs)",
+        "left out of the steps: their events read as outside every step; the other steps' figures stand",
+    ),
     "unprintable_name": (
         "complete events whose name holds a control character or a lone surrogate",
         "kept, printed escaped; a kernel's name only labels its class",
@@ -46,10 +51,34 @@ KINDS = {
     "step_past_capture": ("ProfilerStep slices that reach past the profiler's capture (it ended mid-step)", "kept"),
     "gpu_outside_capture": ("GPU events outside the profiler's capture, or longer than it", "kept"),
     "capture_cut": ("captures whose launch calls stop before their last step ends (their end lost its events)", "kept"),
+    "no_correlation": (
+        "GPU events without a correlation id (the id that ties each to its launch: a converted or edited trace)",
+        "placed by the clock; where launches are left unmatched, they are said to be, not dropped by the profiler",
+    ),
+    "gpu_stops_early": (
+        "kernel launch calls after the GPU's last event ends, with no GPU record (the GPU's events stop before the "
+        "launches do: the end lost its GPU events)",
+        "kept",
+    ),
+    "window_past_capture": (
+        "traces without steps whose CPU events reach past the profiler's capture (the one window they are read as "
+        "is longer than the capture)",
+        "kept",
+    ),
+    "repeated_gpu_record": (
+        "GPU events that carry the correlation id of another GPU event of the same launch, a launch that is no graph "
+        "launch (a record written twice, its start shifted)",
+        "kept",
+    ),
     "thin_step": (
         "ProfilerStep slices with under half the kernel launches of their busiest sibling (events lost, or a step "
         "that does other work: gradient accumulation, validation)",
         "kept: named, not withheld, since a sound loop can have such steps",
+    ),
+    "several_captures": ("capture spans beyond the first (two captures merged into one file)", "refused"),
+    "several_processes": (
+        "CPU processes beyond the first (two processes' traces merged into one file)",
+        "refused",
     ),
     "capture_missing": (
         "profiler exports without the profiler's capture span, among the last events it writes (the end is lost)",
@@ -65,7 +94,13 @@ NEEDS = {
     "step_past_capture": "whole steps",
     "gpu_outside_capture": "the GPU's busy time, which such an event fills",
     "capture_cut": "every step's launches and GPU work",
+    "no_correlation": "each GPU event's correlation id, which ties it to the launch and the step it belongs to",
+    "gpu_stops_early": "the GPU's events of every launch",
+    "window_past_capture": "a window inside the capture, since its length divides every share",
+    "repeated_gpu_record": "one GPU record per launch, since a second one adds busy time",
     "thin_step": "every step's launches and GPU work",
+    "several_captures": "one capture, read alone",
+    "several_processes": "one process, read alone",
     "capture_missing": "every event of the capture, and an export cut short loses the last ones",
 }
 

@@ -417,6 +417,10 @@ class Crossing:
     def __bool__(self) -> bool:
         return bool(self.ids)
 
+    def threads(self) -> list[tuple[Any, Any]]:
+        """The (pid, tid) of every thread with a CPU slice, in the order first seen."""
+        return list(self.ids)
+
     def counts(self) -> dict[tuple[Any, Any], int]:
         """{thread: slices that cross another}, threads in the order first seen, those with none left out. Read once."""
         found = {}

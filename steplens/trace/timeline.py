@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.scopes import KNOWN
-from steplens.trace import columns, damage, memory, nesting, spill
+from steplens.trace import columns, damage, memory, nesting, soundness, spill
 from steplens.trace.intervals import total, union
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -205,8 +205,10 @@ def extract(
         elif cat == CAPTURE_CAT:
             t.captures.append((s, e))
     t.steps.sort()
+    soundness.check_steps(t)
     step_damage(t)
     coverage_damage(t)
+    soundness.check(t)
     return t
 
 

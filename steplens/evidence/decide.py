@@ -1,10 +1,12 @@
 """The tutorial's decision on a change, made from its traces and its bench runs (steplens decide).
 
-    steplens decide BEFORE AFTER (--offline ROOT | -p PROJECT) --before LABEL --after LABEL [--json]
+    steplens decide BEFORE AFTER (--offline ROOT | -p PROJECT) --before LABEL --after LABEL [--json] [--out DIR]
 
-BEFORE and AFTER are the two settings' traces (files or profile runs' folders, as steplens diff takes them);
-ROOT or PROJECT holds their alternating bench runs, grouped as steplens compare groups them; LABEL names each
-setting's group ("workers=0", "workers=4"). The outcomes, in the tutorial's words:
+BEFORE and AFTER are the two settings' traces (files, profile runs' folders, or with -p profile runs' uuids, as
+steplens diff takes them); ROOT or PROJECT holds their alternating bench runs, grouped as steplens compare groups
+them; LABEL names each setting's group ("workers=0", "workers=4"). --out DIR writes decision.md and decision.json;
+inside a Polyaxon run they go to the run's outputs, are logged as artifacts, and decision.md becomes its readme.
+The outcomes, in the tutorial's words:
   1) throughput rose and the input gaps shortened: the evidence supports the change for this workload and CPU budget;
   2) the gaps shrank without a throughput gain: another stage may now dominate (named from the after trace);
   3) throughput fell: inspect CPU contention and the cost of transporting small batches (their figures given).
@@ -12,13 +14,16 @@ Or: the measurement cannot decide yet, with the pairs it would need."""
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from typing import Any
 
+from steplens.atomic import write_atomic
 from steplens.evidence.comparison import compare_records
-from steplens.evidence.diff import DiffError, read_side
+from steplens.evidence.diff import DiffError, read_sides
 from steplens.evidence.runs import CompareError, gather_offline, gather_polyaxon
+from steplens.polyaxonenv import is_managed, managed_identity, tell
 from steplens.stats import ALPHA, sign_test_p
 from steplens.trace.reader import TraceError
 
@@ -161,13 +166,53 @@ def finish(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def markdown(out: dict[str, Any]) -> str:
+    """decision.md: the decision, then the two sides it was made from."""
+    b, a, g = out["sides"]["before"], out["sides"]["after"], out["input_gap_ms"]
+    return (
+        f"# The decision on {b['group']} -> {a['group']}\n\n"
+        f"**Decision:** {out['sentence']}\n\n"
+        "| | before | after |\n|---|---|---|\n"
+        f"| bench group | `{b['group']}` | `{a['group']}` |\n"
+        f"| profile traces | {b['traces']} | {a['traces']} |\n"
+        f"| input wait per profiled step (ms) | {_f(g['before'], '{:.2f}')} | {_f(g['after'], '{:.2f}')} |\n\n"
+        "Made by `steplens decide`: the traces say whether the input gaps shortened; "
+        "the bench runs' paired sign test says whether throughput moved.\n"
+    )
+
+
+def write_decision(out: dict[str, Any], folder: str) -> dict[str, str]:
+    """decision.md and decision.json in folder, each written whole."""
+    return {
+        "markdown": write_atomic(os.path.join(folder, "decision.md"), markdown(out)),
+        "json": write_atomic(os.path.join(folder, "decision.json"), json.dumps(out, indent=1, sort_keys=True) + "\n"),
+    }
+
+
+def record_in_run(out: dict[str, Any], folder: str | None) -> dict[str, str]:
+    """Inside a Polyaxon run: the files written to folder (default: the run's outputs) and logged as artifacts;
+    decision.md as the run's readme, the outcome as its description."""
+    from polyaxon import tracking
+
+    tracking.init(**managed_identity())
+    paths = write_decision(out, folder or tracking.get_outputs_path())
+    for kind, path in paths.items():
+        tracking.log_artifact(path=path, name=f"decision-{kind}")
+    sides = out["sides"]
+    tell(
+        tracking, f"{sides['before']['group']} -> {sides['after']['group']}: {OUTCOMES[out['outcome']]}", markdown(out)
+    )
+    tracking.end()
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens decide", description=__doc__.split("\n")[0])
-    p.add_argument("before", help="the before setting's trace, or a folder of traces (its profile run)")
-    p.add_argument("after", help="the after setting's trace, or a folder of traces")
+    p.add_argument("before", help="the before setting's trace, a folder of traces, or with -p a profile run's uuid")
+    p.add_argument("after", help="the after setting's trace, a folder of traces, or with -p a profile run's uuid")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--offline", metavar="ROOT", help="offline Polyaxon runs holding the bench runs")
-    where.add_argument("-p", "--project", help="a Polyaxon project holding the bench runs")
+    where.add_argument("-p", "--project", help="a Polyaxon project holding the bench runs (and the profile runs)")
     p.add_argument(
         "--before", dest="before_group", required=True, metavar="LABEL", help="the before group, e.g. workers=0"
     )
@@ -176,9 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--input-scope", default=None, metavar="NAME", help="as for steplens summarize")
     p.add_argument("--json", action="store_true", help="print the decision as one JSON object")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write decision.md and decision.json there (default: not written; inside a Polyaxon run, its outputs)",
+    )
     args = p.parse_args(argv)
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out {args.out} is a file: give a folder")
     try:
-        sides = [read_side(path, args.input_scope) for path in (args.before, args.after)]
+        sides = read_sides([args.before, args.after], args.project, args.input_scope)
         if args.offline:
             records, _ = gather_offline(args.offline)
         else:
@@ -190,7 +242,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steplens decide: error: {e}", file=sys.stderr)
         return 1
     out = decide(sides[0], sides[1], row, transport(records, row["uuids"]))
+    out["sides"] = {
+        "before": {"group": args.before_group, "traces": sides[0]["path"]},
+        "after": {"group": args.after_group, "traces": sides[1]["path"]},
+    }
     print(json.dumps(out, sort_keys=True) if args.json else f"decision: {out['sentence']}")
+    if is_managed():
+        paths = record_in_run(out, args.out)
+    elif args.out:
+        paths = write_decision(out, args.out)
+    else:
+        return 0
+    print(f"written: {', '.join(paths.values())}", file=sys.stderr)
     return 0
 
 

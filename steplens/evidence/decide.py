@@ -23,7 +23,7 @@ from steplens.atomic import write_atomic
 from steplens.evidence.comparison import compare_records
 from steplens.evidence.diff import DiffError, read_sides
 from steplens.evidence.runs import CompareError, gather_offline, gather_polyaxon
-from steplens.polyaxonenv import is_managed, managed_identity, tell
+from steplens.polyaxonenv import asked, is_managed, managed_identity, tell
 from steplens.stats import ALPHA, sign_test_p
 from steplens.trace.reader import TraceError
 
@@ -189,21 +189,35 @@ def write_decision(out: dict[str, Any], folder: str) -> dict[str, str]:
     }
 
 
-def record_in_run(out: dict[str, Any], folder: str | None) -> dict[str, str]:
-    """Inside a Polyaxon run: the files written to folder (default: the run's outputs) and logged as artifacts;
-    decision.md as the run's readme, the outcome as its description."""
+def record_in_run(out: dict[str, Any], folder: str | None) -> list[str]:
+    """Inside a Polyaxon run: decision.md and decision.json in the run's outputs (and in folder, if given), logged as
+    its artifacts in one request; decision.md as the run's readme, the outcome as its description."""
     from polyaxon import tracking
+    from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
 
     tracking.init(**managed_identity())
-    paths = write_decision(out, folder or tracking.get_outputs_path())
-    for kind, path in paths.items():
-        tracking.log_artifact(path=path, name=f"decision-{kind}")
+    paths = write_decision(out, tracking.get_outputs_path())
+    run_folder = tracking.get_artifacts_path()
+    # The summary's path is relative to the artifacts store, as the client's own log_artifact_ref gives it: the
+    # server answers a lineage without a summary with 405.
+    lineage = [
+        V1RunArtifact(
+            name=f"decision-{kind}",
+            kind=V1ArtifactKind.FILE,
+            path=os.path.relpath(path, run_folder),
+            summary={"path": os.path.relpath(path, os.path.dirname(run_folder))},
+            is_input=False,
+        )
+        for kind, path in paths.items()
+    ]
+    # Synchronous, so that a refusal is seen and asked again (the client would drop an asynchronous one).
+    asked("the decision's files as artifacts", lambda: tracking.TRACKING_RUN.log_artifact_lineage(lineage, False))
     sides = out["sides"]
     tell(
         tracking, f"{sides['before']['group']} -> {sides['after']['group']}: {OUTCOMES[out['outcome']]}", markdown(out)
     )
     tracking.end()
-    return paths
+    return [*paths.values(), *(write_decision(out, folder).values() if folder else [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,13 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="write decision.md and decision.json there (default: not written; inside a Polyaxon run, its outputs)",
+        help="write decision.md and decision.json there (default: not written, except inside a Polyaxon run: to its "
+        "outputs, always)",
     )
     args = p.parse_args(argv)
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         p.error(f"--out {args.out} is a file: give a folder")
-    try:
-        sides = read_sides([args.before, args.after], args.project, args.input_scope)
+    try:  # the bench groups first: a wrong label costs no download and no trace read
         if args.offline:
             records, _ = gather_offline(args.offline)
         else:
@@ -238,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         result = compare_records(records, baseline=args.before_group)
         _, row = group_row(result, args.after_group)
         group_row(result, args.before_group)
+        sides = read_sides([args.before, args.after], args.project, args.input_scope)
     except (DiffError, TraceError, CompareError, DecideError) as e:
         print(f"steplens decide: error: {e}", file=sys.stderr)
         return 1
@@ -250,10 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     if is_managed():
         paths = record_in_run(out, args.out)
     elif args.out:
-        paths = write_decision(out, args.out)
+        paths = list(write_decision(out, args.out).values())
     else:
         return 0
-    print(f"written: {', '.join(paths.values())}", file=sys.stderr)
+    print(f"written: {', '.join(paths)}", file=sys.stderr)
     return 0
 
 

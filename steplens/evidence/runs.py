@@ -7,7 +7,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from datetime import datetime, timezone
 from typing import Any
 
@@ -379,8 +379,9 @@ def fetch_traces(project: str, uuids: list[str], folder: str) -> dict[str, list[
             listed[uuid] = (client, files)
         for uuid, (client, files) in listed.items():
             for path in files:
-                try:
-                    client.download_artifact(path=path, path_to=os.path.join(folder, uuid))
+                try:  # the client draws a progress bar on stdout, which holds this command's own output
+                    with open(os.devnull, "w") as nowhere, redirect_stdout(nowhere):
+                        client.download_artifact(path=path, path_to=os.path.join(folder, uuid))
                 except server_errors() as e:
                     raise server_error(project, client, f"the download of {path} of run {uuid}", e) from e
     return {uuid: [f for f in files if f.endswith(TRACE_ENDINGS)] for uuid, (_, files) in listed.items()}

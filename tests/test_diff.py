@@ -280,13 +280,7 @@ def test_a_run_not_in_the_project_or_without_traces_stops_before_any_download(se
 def test_decide_inside_a_polyaxon_run_writes_the_decision_into_its_readme(server_study):
     """Run as a Polyaxon run, `steplens decide -p` on two profile runs' uuids sets the run's readme to the decision
     (its outcome line first), its description to the outcome, and logs decision.md and decision.json."""
-    client = server_study.run_client("decide")
-    run = server_study.api(client.create, name="decide-batch")
-    env = server_study.env(
-        POLYAXON_RUN_INSTANCE=f"default.decide.runs.{run.uuid}",
-        POLYAXON_IS_MANAGED="true",
-        POLYAXON_CONTEXT_ROOT=server_study.context,
-    )
+    run, env = server_study.managed_run("decide", "decide-batch")
     args = ["-p", "decide", "--before", "batch_size=128", "--after", "batch_size=256", "--json"]
     proc = run_steplens("decide", PROFILE_128, PROFILE_256, *args, env=env)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr

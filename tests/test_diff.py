@@ -259,7 +259,7 @@ def test_diff_of_two_runs_on_a_server_equals_the_diff_of_their_folders(server_st
 
 def test_a_run_not_in_the_project_or_without_traces_stops_before_any_download(server_study, monkeypatch, tmp_path):
     """Every run is checked before a file is downloaded: an unknown uuid, or a bench run (no traces), is one
-    error naming the run, and the valid run beside it was not downloaded."""
+    error naming the run, and the valid run beside it was not downloaded; decide checks its bench groups first."""
     from polyaxon.client import RunClient
 
     from steplens.evidence import runs
@@ -271,6 +271,8 @@ def test_a_run_not_in_the_project_or_without_traces_stops_before_any_download(se
         runs.fetch_traces("default/decide", [PROFILE_128, "0" * 32], str(tmp_path))
     with pytest.raises(runs.CompareError, match=f"run {BENCH_128} of project default/decide has no traces"):
         runs.fetch_traces("default/decide", [PROFILE_128, BENCH_128], str(tmp_path))
+    bad_label = ["-p", "default/decide", "--before", "batch_size=128", "--after", "batch_size=64"]
+    assert decide.main([PROFILE_128, PROFILE_256, *bad_label]) == 1, "a bench group the project lacks"
     assert downloads == [] and os.listdir(tmp_path) == []
     proc = run_steplens("diff", "-p", "decide", PROFILE_128, BENCH_128, env=server_study.env())
     assert proc.returncode == 1 and proc.stdout == "", proc.stderr

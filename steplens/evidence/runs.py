@@ -257,7 +257,10 @@ def fetch_run_jsons(owner: str | None, project: str, uuids: list[str], workers: 
 
 def project_client(project: str, run_uuid: str | None = None) -> tuple[Any, str]:
     """A Polyaxon client for project ([owner/]name), or for one of its runs, and the project's name alone."""
-    from polyaxon.client import RunClient
+    try:
+        from polyaxon.client import RunClient
+    except ImportError as e:
+        raise CompareError(f"reading Polyaxon project {project} needs its client: pip install polyaxon ({e})") from e
 
     owner, _, name = project.rpartition("/")
     return RunClient(owner=owner or None, project=name, run_uuid=run_uuid), name
@@ -358,12 +361,12 @@ def fetch_traces(project: str, uuids: list[str], folder: str) -> dict[str, list[
     Every run is checked before anything is downloaded: a run the project does not hold, or one without traces,
     is a CompareError. Returns each run's traces as paths under its folder on the server.
     """
-    from polyaxon.exceptions import NotFoundException
-
     listed = {}
     with quiet_client():
         for uuid in uuids:
             client, _ = project_client(project, uuid)
+            from polyaxon.exceptions import NotFoundException  # the client is installed: project_client says
+
             try:
                 client.refresh_data()
                 files = server_traces(client)

@@ -5,7 +5,7 @@ steplens picture TRACE [--out X.png]     one profiled cycle drawn to scale
 steplens roofline TRACE [--model M:F]    each kernel class against the GPU's compute or memory limit
 steplens snapshot FILE [--json]          a CUDA memory snapshot's peak and what is live at it
 steplens diff BEFORE AFTER               what a change did to the step: delays, kernels, operators, host
-steplens decide BEFORE AFTER --offline ROOT --before G --after G   the tutorial's decision on a change
+steplens decide BEFORE AFTER --offline ROOT|-p P --before G --after G   the tutorial's decision on a change
 steplens compare --offline ROOT | -p P   paired comparison of repeated bench runs
 steplens ranks DIR                       the evidence across the ranks of a DDP run
 steplens report ROOT [UUID ...]          what a set of runs measured, in a few lines

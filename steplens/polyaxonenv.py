@@ -1,6 +1,10 @@
 """Whether this process runs inside a Polyaxon job, and which run it is."""
 
 import os
+import sys
+import time
+from collections.abc import Callable
+from types import ModuleType
 
 OWNER = "default"  # what offline tracking and the local viewer call the owner
 PROJECT = "pytorch-training-profiler"  # the Polyaxon project of local runs
@@ -21,6 +25,37 @@ def managed_identity() -> dict[str, str]:
     if len(parts) == 4 and parts[2] == "runs":
         return {"owner": parts[0], "project": parts[1], "run_uuid": parts[3]}
     return {}
+
+
+def asked(what: str, call: Callable[[], object]) -> bool:
+    """call(), a request to the Polyaxon server, asked again while the server refuses it (the sandbox answers 405
+    now and then); one still refused after four tries is warned about in a line naming what. The run's files
+    stand either way. Returns whether the server took it."""
+    for attempt in range(4):
+        try:
+            call()
+            return True
+        except Exception as e:  # the client raises its ApiException, or a connection error
+            if attempt == 3:
+                print(
+                    f"warning: the Polyaxon server did not take {what} ({type(e).__name__}: "
+                    f"{(str(e).splitlines() or [''])[0][:200]})",
+                    file=sys.stderr,
+                )
+            else:
+                time.sleep(1.0)  # not timed: the run's work is done
+    return False
+
+
+def tell(tracking: ModuleType, description: str, readme: str) -> None:
+    """The run's one-line description and its readme (the overview panel of its page in Polyaxon's UI), through
+    polyaxon.tracking after init()."""
+
+    def both():
+        tracking.set_description(description, async_req=False)
+        tracking.set_readme(readme, async_req=False)
+
+    asked("the run's readme", both)
 
 
 def namespace() -> str:

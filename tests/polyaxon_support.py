@@ -248,6 +248,16 @@ class Sandbox:
         config.host = self.url
         return RunClient(owner="default", project=project, run_uuid=run_uuid, client=PolyaxonClient(config=config))
 
+    def managed_run(self, project, name):
+        """A new run of project, and the environment that makes a process that run, as a job's pod is."""
+        run = self.api(self.run_client(project).create, name=name)
+        env = self.env(
+            POLYAXON_RUN_INSTANCE=f"default.{project}.runs.{run.uuid}",
+            POLYAXON_IS_MANAGED="true",
+            POLYAXON_CONTEXT_ROOT=self.context,
+        )
+        return run, env
+
     def execute_queued_run(self, project, run_uuid, timeout=900):
         """The agent's part: run the queued run's resolved command, with the run's identity. Like an agent, it
         starts the run only once the server has queued it: the server's own compile-and-queue step saves the

@@ -786,13 +786,7 @@ def test_compare_downloads_run_json_for_older_runs(sandbox, tmp_path):
 def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, tmp_path):
     """Run as a Polyaxon run, steplens compare logs its PNG as an image event and its tables as artifacts."""
     sandbox.cli("project", "create", "--name", "cmp")
-    client = sandbox.run_client("cmp")
-    run = sandbox.api(client.create, name="compare-study")
-    env = sandbox.env(
-        POLYAXON_RUN_INSTANCE=f"default.cmp.runs.{run.uuid}",
-        POLYAXON_IS_MANAGED="true",
-        POLYAXON_CONTEXT_ROOT=sandbox.context,
-    )
+    run, env = sandbox.managed_run("cmp", "compare-study")
     proc = run_compare("--offline", str(offline_study), "--out", str(tmp_path), env=env)
     assert proc.returncode == 0, proc.stderr
     store = os.path.join(sandbox.store, run.uuid)

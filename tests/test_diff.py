@@ -204,3 +204,102 @@ def test_diff_reads_each_side_by_the_step_scope_it_is_given(tmp_path, capsys):
     assert diff.main([path, path, "--step-scope", "iteration", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["before"]["steps"] == 3 and d["delays"]["input"]["change_ms"] == 0
+
+
+# --------------------------------------------------------------------------- profile runs on a Polyaxon server
+
+WARMUP = os.path.join(ROOT, "results", "h200-warmup", "offline")
+PROFILE_128, PROFILE_256 = "800f5572ae85436bac69a4f9b0656ec4", "ea5ded09fa184bd0963ecc4331c113e9"
+BENCH_128, BENCH_256 = "9d66084c872246af9328c410c4b9a8d0", "d343c8b21df64b41bcb4daf2fc3f169c"  # repeat 1 each
+
+
+@pytest.fixture(scope="module")
+def server_study(sandbox, tmp_path_factory):
+    """Stored NVIDIA H200 runs on the sandbox in project "decide": the profile runs of batch 128 and 256 and one
+    bench run of each. A push sends a run's record; its files go to the server's store, as a job's sidecar puts
+    them there."""
+    import shutil
+
+    from test_compare import push_run
+
+    root = tmp_path_factory.mktemp("decide-runs")
+    sandbox.cli("project", "create", "--name", "decide")
+    for uuid in (PROFILE_128, PROFILE_256, BENCH_128, BENCH_256):
+        shutil.copytree(os.path.join(WARMUP, "runs", uuid), root / "runs" / uuid)
+        push_run(sandbox, "decide", uuid, root)
+        shutil.copytree(root / "runs" / uuid / "outputs", os.path.join(sandbox.store, uuid, "outputs"))
+    return sandbox
+
+
+def run_steplens(*args, env):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "steplens", *args], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
+
+
+def test_diff_of_two_runs_on_a_server_equals_the_diff_of_their_folders(server_study):
+    """`steplens diff -p PROJECT UUID UUID` downloads both runs' traces and gives the diff of the same runs'
+    folders here, each side named by its run and its traces by their paths on the server."""
+    proc = run_steplens("diff", "-p", "decide", PROFILE_128, PROFILE_256, "--json", env=server_study.env())
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    local = diff.diff(*(diff.read_side(os.path.join(WARMUP, "runs", u)) for u in (PROFILE_128, PROFILE_256)))
+    for side, uuid in (("before", PROFILE_128), ("after", PROFILE_256)):
+        assert got[side].pop("path") == f"run {uuid} of project decide"
+        assert got[side].pop("traces") == [
+            "outputs/traces/trace-cycle1-steps2-4.pt.trace.json.gz",
+            "outputs/traces/trace-cycle2-steps7-9.pt.trace.json.gz",
+        ]
+        local[side].pop("path"), local[side].pop("traces")
+    assert got["before"]["host"] is not None or local["before"]["host"] is None, "the evidence files came along"
+    assert got == json.loads(json.dumps(local)), "the server's copies read as the stored folders do"
+
+
+def test_a_run_not_in_the_project_or_without_traces_stops_before_any_download(server_study, monkeypatch, tmp_path):
+    """Every run is checked before a file is downloaded: an unknown uuid, or a bench run (no traces), is one
+    error naming the run, and the valid run beside it was not downloaded; decide checks its bench groups first."""
+    from polyaxon.client import RunClient
+
+    from steplens.project import runs
+
+    server_study.run_client("decide")  # the client's host: the sandbox
+    downloads = []
+    monkeypatch.setattr(RunClient, "download_artifact", lambda self, path, **kw: downloads.append(path))
+    with pytest.raises(runs.CompareError, match=f"run {'0' * 32} is not in project default/decide"):
+        runs.fetch_traces("default/decide", [PROFILE_128, "0" * 32], str(tmp_path))
+    with pytest.raises(runs.CompareError, match=f"run {BENCH_128} of project default/decide has no traces"):
+        runs.fetch_traces("default/decide", [PROFILE_128, BENCH_128], str(tmp_path))
+    bad_label = ["-p", "default/decide", "--before", "batch_size=128", "--after", "batch_size=64"]
+    assert decide.main([PROFILE_128, PROFILE_256, *bad_label]) == 1, "a bench group the project lacks"
+    assert downloads == [] and os.listdir(tmp_path) == []
+    proc = run_steplens("diff", "-p", "decide", PROFILE_128, BENCH_128, env=server_study.env())
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count("\n") == 1 and "has no traces" in proc.stderr, proc.stderr
+
+
+def test_decide_inside_a_polyaxon_run_writes_the_decision_into_its_readme(server_study):
+    """Run as a Polyaxon run, `steplens decide -p` on two profile runs' uuids sets the run's readme to the decision
+    (its outcome line first), its description to the outcome, and logs decision.md and decision.json."""
+    run, env = server_study.managed_run("decide", "decide-batch")
+    args = ["-p", "decide", "--before", "batch_size=128", "--after", "batch_size=256", "--json"]
+    proc = run_steplens("decide", PROFILE_128, PROFILE_256, *args, env=env)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["outcome"] == "undecided" and out["more_pairs"] == 5, out["sentence"]  # one pair of the six
+    done = server_study.run_client("decide", run.uuid)
+    done.refresh_data()
+    readme = done.run_data.readme or ""
+    assert readme.splitlines()[:3] == [
+        "# The decision on batch_size=128 -> batch_size=256",
+        "",
+        f"**Decision:** {out['sentence']}",
+    ], readme
+    assert f"run {PROFILE_128} of project decide" in readme
+    assert done.run_data.description == "batch_size=128 -> batch_size=256: the measurement cannot decide yet"
+    names = {a.name for a in done.get_artifacts_lineage().results or []}
+    assert {"decision-markdown", "decision-json"} <= names, (names, proc.stderr)
+    with open(os.path.join(server_study.store, run.uuid, "outputs", "decision.json")) as f:
+        assert json.load(f)["sentence"] == out["sentence"]

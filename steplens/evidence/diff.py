@@ -1,11 +1,12 @@
 """What a change did to the step, from two traces or two profile runs (steplens diff BEFORE AFTER).
 
-    steplens diff BEFORE AFTER [--json] [--picture OUT.png] [--input-scope NAME]
+    steplens diff BEFORE AFTER [-p PROJECT] [--json] [--picture OUT.png] [--input-scope NAME]
 
 BEFORE and AFTER are trace files (.json or .json.gz) or folders (every *.pt.trace.json[.gz] under them: a profile
-run's outputs, pooled). Per step on average: the delays side by side with their change; the verdict before and
-after; the GPU time by kernel class; the kernels and CPU operators added, removed, faster or slower, matched by
-name; the host's figures where both sides recorded them."""
+run's outputs, pooled); with -p, profile runs' uuids in that Polyaxon project, their traces downloaded first.
+Per step on average: the delays side by side with their change; the verdict before and after; the GPU time by
+kernel class; the kernels and CPU operators added, removed, faster or slower, matched by name; the host's figures
+where both sides recorded them."""
 
 import argparse
 import glob
@@ -13,12 +14,14 @@ import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterable
 from typing import Any
 
 from steplens.evidence import delays
 from steplens.evidence.attribution import pooled_classes
 from steplens.evidence.diagnosis import verdict
+from steplens.project.runs import CompareError, fetch_traces, is_run_uuid
 from steplens.evidence.summarize import add_reading_options, summarize_file
 from steplens.text import safe_text
 from steplens.trace.reader import TraceError, iter_events
@@ -117,6 +120,30 @@ def read_side(
         "names": name_tables(paths),
         "host": host_figures(paths),
     }
+
+
+def read_sides(
+    paths: list[str],
+    project: str | None = None,
+    input_scope: str | None = None,
+    lanes: bool = False,
+    step_scope: str | None = None,
+) -> list[dict[str, Any]]:
+    """Each side read as read_side reads it. With project, a side that is a run uuid and no file or folder here is
+    that project's profile run: its traces are downloaded into a temporary folder, every run checked first
+    (steplens.project.runs.fetch_traces); the side is then named by its run, its traces by their server paths."""
+    runs = [p for p in paths if not os.path.exists(p) and is_run_uuid(p)]
+    if runs and not project:
+        raise DiffError(f"{runs[0]}: no such file or folder; a run's uuid needs -p PROJECT")
+    with tempfile.TemporaryDirectory(prefix="steplens-runs-") as folder:
+        fetched = fetch_traces(project, runs, folder) if runs else {}
+        sides = []
+        for p in paths:
+            side = read_side(os.path.join(folder, p) if p in fetched else p, input_scope, lanes, step_scope)
+            if p in fetched:
+                side.update(path=f"run {p} of project {project}", traces=fetched[p])
+            sides.append(side)
+    return sides
 
 
 def host_figures(paths: list[str]) -> dict[str, float] | None:
@@ -365,19 +392,21 @@ def draw(before: dict[str, Any], after: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens diff", description=__doc__.split("\n")[0])
-    p.add_argument("before", help="a trace, or a folder of traces (a profile run's outputs)")
-    p.add_argument("after", help="a trace, or a folder of traces, of the changed loop")
+    p.add_argument("before", help="a trace, a folder of traces (a profile run's outputs), or with -p a run's uuid")
+    p.add_argument("after", help="a trace, or a folder of traces, of the changed loop; or with -p a run's uuid")
     p.add_argument("--json", action="store_true", help="print the diff as one JSON object")
     p.add_argument("--picture", metavar="PNG", help="draw both sides' median step on one time scale (needs matplotlib)")
+    p.add_argument("-p", "--project", help="a Polyaxon project ([owner/]name): BEFORE and AFTER may be its runs' uuids")
     add_reading_options(p)
     args = p.parse_args(argv)
     if args.picture and not os.path.isdir(os.path.dirname(os.path.abspath(args.picture))):
         print(f"steplens diff: error: no folder for {args.picture}", file=sys.stderr)
         return 2
     try:
-        before = read_side(args.before, args.input_scope, bool(args.picture), args.step_scope)
-        after = read_side(args.after, args.input_scope, bool(args.picture), args.step_scope)
-    except (DiffError, TraceError) as e:
+        before, after = read_sides(
+            [args.before, args.after], args.project, args.input_scope, bool(args.picture), args.step_scope
+        )
+    except (DiffError, TraceError, CompareError) as e:
         print(f"steplens diff: error: {e}", file=sys.stderr)
         return 1
     d = diff(before, after)

@@ -15,7 +15,7 @@ from steplens.errors import UserError
 from steplens.job import loader_timeline, overview
 from steplens.job.machine import comparable_facts, environment, package_inventory, set_threads
 from steplens.job.paths import DEFAULT_OFFLINE_ROOT
-from steplens.polyaxonenv import PROJECT, artifact_url, is_managed, managed_identity, namespace
+from steplens.polyaxonenv import PROJECT, artifact_url, is_managed, managed_identity, namespace, tell
 
 if TYPE_CHECKING:
     import torch
@@ -152,23 +152,8 @@ class RunRecord:
             self.tracking.log_metrics(step=step, **{name: value})
 
     def tell(self, description: str, readme: str) -> None:
-        """The run's one-line description and its readme (the overview panel of its page in Polyaxon's UI),
-        set before end(). A server that refuses them (the sandbox answers 405 now and then) is asked again;
-        one that still refuses is warned about; the run's files stand either way."""
-        for attempt in range(4):
-            try:
-                self.tracking.set_description(description, async_req=False)
-                self.tracking.set_readme(readme, async_req=False)
-                return
-            except Exception as e:  # the client raises its ApiException, or a connection error
-                if attempt == 3:
-                    print(
-                        f"warning: the Polyaxon server did not take the run's readme ({type(e).__name__}: "
-                        f"{(str(e).splitlines() or [''])[0][:200]})",
-                        file=sys.stderr,
-                    )
-                else:
-                    time.sleep(1.0)  # not timed: the run is over
+        """The run's description and readme, set before end() (polyaxonenv.tell)."""
+        tell(self.tracking, description, readme)
 
     def end(self) -> None:
         self.tracking.end()

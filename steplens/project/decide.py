@@ -1,10 +1,12 @@
 """The tutorial's decision on a change, made from its traces and its bench runs (steplens decide).
 
-    steplens decide BEFORE AFTER (--offline ROOT | -p PROJECT) --before LABEL --after LABEL [--json]
+    steplens decide BEFORE AFTER (--offline ROOT | -p PROJECT) --before LABEL --after LABEL [--json] [--out DIR]
 
-BEFORE and AFTER are the two settings' traces (files or profile runs' folders, as steplens diff takes them);
-ROOT or PROJECT holds their alternating bench runs, grouped as steplens compare groups them; LABEL names each
-setting's group ("workers=0", "workers=4"). The outcomes, in the tutorial's words:
+BEFORE and AFTER are the two settings' traces (files, profile runs' folders, or with -p profile runs' uuids, as
+steplens diff takes them); ROOT or PROJECT holds their alternating bench runs, grouped as steplens compare groups
+them; LABEL names each setting's group ("workers=0", "workers=4"). --out DIR writes decision.md and decision.json;
+inside a Polyaxon run they go to the run's outputs, are logged as artifacts, and decision.md becomes its readme.
+The outcomes, in the tutorial's words:
   1) throughput rose and the input gaps shortened: the evidence supports the change for this workload and CPU budget;
   2) the gaps shrank without a throughput gain: another stage may now dominate (named from the after trace);
   3) throughput fell: inspect CPU contention and the cost of transporting small batches (their figures given).
@@ -12,11 +14,14 @@ Or: the measurement cannot decide yet, with the pairs it would need."""
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from typing import Any
 
-from steplens.evidence.diff import DiffError, read_side
+from steplens.atomic import write_atomic
+from steplens.evidence.diff import DiffError, read_sides
+from steplens.polyaxonenv import asked, is_managed, managed_identity, tell
 from steplens.project.comparison import compare_records
 from steplens.project.runs import CompareError, gather_offline, gather_polyaxon
 from steplens.stats import ALPHA, sign_test_p
@@ -161,13 +166,67 @@ def finish(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def markdown(out: dict[str, Any]) -> str:
+    """decision.md: the decision, then the two sides it was made from."""
+    b, a, g = out["sides"]["before"], out["sides"]["after"], out["input_gap_ms"]
+    return (
+        f"# The decision on {b['group']} -> {a['group']}\n\n"
+        f"**Decision:** {out['sentence']}\n\n"
+        "| | before | after |\n|---|---|---|\n"
+        f"| bench group | `{b['group']}` | `{a['group']}` |\n"
+        f"| profile traces | {b['traces']} | {a['traces']} |\n"
+        f"| input wait per profiled step (ms) | {_f(g['before'], '{:.2f}')} | {_f(g['after'], '{:.2f}')} |\n\n"
+        "Made by `steplens decide`: the traces say whether the input gaps shortened; "
+        "the bench runs' paired sign test says whether throughput moved.\n"
+    )
+
+
+def write_decision(out: dict[str, Any], folder: str) -> dict[str, str]:
+    """decision.md and decision.json in folder, each written whole."""
+    return {
+        "markdown": write_atomic(os.path.join(folder, "decision.md"), markdown(out)),
+        "json": write_atomic(os.path.join(folder, "decision.json"), json.dumps(out, indent=1, sort_keys=True) + "\n"),
+    }
+
+
+def record_in_run(out: dict[str, Any], folder: str | None) -> list[str]:
+    """Inside a Polyaxon run: decision.md and decision.json in the run's outputs (and in folder, if given), logged as
+    its artifacts in one request; decision.md as the run's readme, the outcome as its description."""
+    from polyaxon import tracking
+    from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
+
+    tracking.init(**managed_identity())
+    paths = write_decision(out, tracking.get_outputs_path())
+    run_folder = tracking.get_artifacts_path()
+    # The summary's path is relative to the artifacts store, as the client's own log_artifact_ref gives it: the
+    # server answers a lineage without a summary with 405.
+    lineage = [
+        V1RunArtifact(
+            name=f"decision-{kind}",
+            kind=V1ArtifactKind.FILE,
+            path=os.path.relpath(path, run_folder),
+            summary={"path": os.path.relpath(path, os.path.dirname(run_folder))},
+            is_input=False,
+        )
+        for kind, path in paths.items()
+    ]
+    # Synchronous, so that a refusal is seen and asked again (the client would drop an asynchronous one).
+    asked("the decision's files as artifacts", lambda: tracking.TRACKING_RUN.log_artifact_lineage(lineage, False))
+    sides = out["sides"]
+    tell(
+        tracking, f"{sides['before']['group']} -> {sides['after']['group']}: {OUTCOMES[out['outcome']]}", markdown(out)
+    )
+    tracking.end()
+    return [*paths.values(), *(write_decision(out, folder).values() if folder else [])]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens decide", description=__doc__.split("\n")[0])
-    p.add_argument("before", help="the before setting's trace, or a folder of traces (its profile run)")
-    p.add_argument("after", help="the after setting's trace, or a folder of traces")
+    p.add_argument("before", help="the before setting's trace, a folder of traces, or with -p a profile run's uuid")
+    p.add_argument("after", help="the after setting's trace, a folder of traces, or with -p a profile run's uuid")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--offline", metavar="ROOT", help="offline Polyaxon runs holding the bench runs")
-    where.add_argument("-p", "--project", help="a Polyaxon project holding the bench runs")
+    where.add_argument("-p", "--project", help="a Polyaxon project holding the bench runs (and the profile runs)")
     p.add_argument(
         "--before", dest="before_group", required=True, metavar="LABEL", help="the before group, e.g. workers=0"
     )
@@ -176,9 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--input-scope", default=None, metavar="NAME", help="as for steplens summarize")
     p.add_argument("--json", action="store_true", help="print the decision as one JSON object")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write decision.md and decision.json there (default: not written, except inside a Polyaxon run: to its "
+        "outputs, always)",
+    )
     args = p.parse_args(argv)
-    try:
-        sides = [read_side(path, args.input_scope) for path in (args.before, args.after)]
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out {args.out} is a file: give a folder")
+    try:  # the bench groups first: a wrong label costs no download and no trace read
         if args.offline:
             records, _ = gather_offline(args.offline)
         else:
@@ -186,11 +252,23 @@ def main(argv: list[str] | None = None) -> int:
         result = compare_records(records, baseline=args.before_group)
         _, row = group_row(result, args.after_group)
         group_row(result, args.before_group)
+        sides = read_sides([args.before, args.after], args.project, args.input_scope)
     except (DiffError, TraceError, CompareError, DecideError) as e:
         print(f"steplens decide: error: {e}", file=sys.stderr)
         return 1
     out = decide(sides[0], sides[1], row, transport(records, row["uuids"]))
+    out["sides"] = {
+        "before": {"group": args.before_group, "traces": sides[0]["path"]},
+        "after": {"group": args.after_group, "traces": sides[1]["path"]},
+    }
     print(json.dumps(out, sort_keys=True) if args.json else f"decision: {out['sentence']}")
+    if is_managed():
+        paths = record_in_run(out, args.out)
+    elif args.out:
+        paths = list(write_decision(out, args.out).values())
+    else:
+        return 0
+    print(f"written: {', '.join(paths)}", file=sys.stderr)
     return 0
 
 

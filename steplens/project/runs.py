@@ -3,8 +3,11 @@
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from datetime import datetime, timezone
 from typing import Any
 
@@ -252,6 +255,45 @@ def fetch_run_jsons(owner: str | None, project: str, uuids: list[str], workers: 
     return found
 
 
+def project_client(project: str, run_uuid: str | None = None) -> tuple[Any, str]:
+    """A Polyaxon client for project ([owner/]name), or for one of its runs, and the project's name alone."""
+    try:
+        from polyaxon.client import RunClient
+    except ImportError as e:
+        raise CompareError(f"reading Polyaxon project {project} needs its client: pip install polyaxon ({e})") from e
+
+    owner, _, name = project.rpartition("/")
+    return RunClient(owner=owner or None, project=name, run_uuid=run_uuid), name
+
+
+@contextmanager
+def quiet_client() -> Iterator[None]:
+    """The client logs each failed request at length (a stack, the headers): here each failure is said in one line."""
+    client_log = logging.getLogger("polyaxon.cli")
+    was, client_log.disabled = client_log.disabled, True
+    try:
+        yield
+    finally:
+        client_log.disabled = was
+
+
+def server_errors() -> tuple[type[BaseException], ...]:
+    """What a failed request to the server raises."""
+    import urllib3
+    from polyaxon.exceptions import ApiException, PolyaxonClientException
+
+    return ApiException, PolyaxonClientException, urllib3.exceptions.HTTPError, OSError
+
+
+def server_error(project: str, client: Any, what: str, e: BaseException) -> CompareError:
+    """A failed request in one line, with the host asked and what to check."""
+    host = getattr(getattr(client.client, "config", None), "host", None) or "the configured host"
+    return CompareError(
+        f"project {project} on {host}: {what} failed ({_why(e)}); check the project's name and "
+        "the host (polyaxon config set --host=...)"
+    )
+
+
 def gather_polyaxon(
     project: str,
     query: str | None = None,
@@ -265,28 +307,15 @@ def gather_polyaxon(
     that lack them (older ones). limit: the newest `limit` runs only (None: all). Returns the records and
     what was read: {"read", "matched", "limit", "query", "project"} (read_line says it in words).
     """
-    import urllib3
-    from polyaxon.client import RunClient
-    from polyaxon.exceptions import ApiException, PolyaxonClientException
-
-    owner, _, name = project.rpartition("/")
-    client = RunClient(owner=owner or None, project=name)
-    # The client logs each failed request at length (a stack, the headers): here each failure is said in one line.
-    client_log = logging.getLogger("polyaxon.cli")
-    was, client_log.disabled = client_log.disabled, True
+    client, name = project_client(project)
     try:
-        listed, matched = list_runs(client, query, limit, page_size)
-        run_jsons = fetch_run_jsons(
-            client.owner, name, [r.uuid for r in listed if "env_host" not in (r.outputs or {})], workers
-        )
-    except (ApiException, PolyaxonClientException, urllib3.exceptions.HTTPError, OSError) as e:
-        host = getattr(getattr(client.client, "config", None), "host", None) or "the configured host"
-        raise CompareError(
-            f"project {project} on {host}: the run listing failed ({_why(e)}); check the project's name and "
-            "the host (polyaxon config set --host=...)"
-        ) from e
-    finally:
-        client_log.disabled = was
+        with quiet_client():
+            listed, matched = list_runs(client, query, limit, page_size)
+            run_jsons = fetch_run_jsons(
+                client.owner, name, [r.uuid for r in listed if "env_host" not in (r.outputs or {})], workers
+            )
+    except server_errors() as e:
+        raise server_error(project, client, "the run listing", e) from e
     records = [
         record_from(
             r.uuid,
@@ -302,6 +331,63 @@ def gather_polyaxon(
     ]
     read = {"read": len(records), "matched": matched, "limit": limit, "query": query, "project": project}
     return records, read
+
+
+# A Polyaxon run's uuid: 32 hexadecimal digits, or the same with dashes.
+RUN_UUID = re.compile(r"[0-9a-f]{32}|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+TRACES = "outputs/traces"  # where profile mode puts a run's traces
+TRACE_ENDINGS = (".pt.trace.json", ".pt.trace.json.gz")
+
+
+def is_run_uuid(text: str) -> bool:
+    return bool(RUN_UUID.fullmatch(text))
+
+
+def server_traces(client: Any) -> list[str]:
+    """A run's traces on the server, each with the .evidence.json profile mode wrote beside it: every such file
+    under TRACES, as a path under the run's folder."""
+    found, folders = [], [TRACES]
+    while folders:
+        folder = folders.pop()
+        tree = client.get_artifacts_tree(path=folder)
+        found += [f"{folder}/{name}" for name in tree.files or {} if name.endswith((*TRACE_ENDINGS, ".evidence.json"))]
+        folders += [f"{folder}/{name}" for name in tree.dirs or []]
+    return sorted(found)
+
+
+def fetch_traces(project: str, uuids: list[str], folder: str) -> dict[str, list[str]]:
+    """Each run's traces downloaded from the project into folder/UUID, in the run's own layout.
+
+    Every run is checked before anything is downloaded: a run the project does not hold, or one without traces,
+    is a CompareError. Returns each run's traces as paths under its folder on the server.
+    """
+    listed = {}
+    with quiet_client():
+        for uuid in uuids:
+            client, _ = project_client(project, uuid)
+            from polyaxon.exceptions import NotFoundException  # the client is installed: project_client says
+
+            try:
+                client.refresh_data()
+                files = server_traces(client)
+            except NotFoundException as e:
+                raise CompareError(f"run {uuid} is not in project {project}: give one of its profile runs") from e
+            except server_errors() as e:
+                raise server_error(project, client, f"reading run {uuid}", e) from e
+            if not any(f.endswith(TRACE_ENDINGS) for f in files):
+                raise CompareError(
+                    f"run {uuid} of project {project} has no traces (no *.pt.trace.json[.gz] under {TRACES}): "
+                    "give a profile run"
+                )
+            listed[uuid] = (client, files)
+        for uuid, (client, files) in listed.items():
+            for path in files:
+                try:  # the client draws a progress bar on stdout, which holds this command's own output
+                    with open(os.devnull, "w") as nowhere, redirect_stdout(nowhere):
+                        client.download_artifact(path=path, path_to=os.path.join(folder, uuid))
+                except server_errors() as e:
+                    raise server_error(project, client, f"the download of {path} of run {uuid}", e) from e
+    return {uuid: [f for f in files if f.endswith(TRACE_ENDINGS)] for uuid, (_, files) in listed.items()}
 
 
 def read_line(read: dict[str, Any]) -> str:

@@ -782,10 +782,12 @@ def test_peak_memory_does_not_grow_with_the_complete_events(tmp_path, monkeypatc
     """Three times the Python slices (10,000 against 30,000 complete events) leave the peak within 10% or
     128 KB: the nesting count, the crossing slices and the duplicate keys go to sorted runs on disk. Kept
     as arrays they would add 48 bytes an event, about 1 MB here. The chunks are made small (64 KiB of JSON
-    read at a time, runs of 2,048 records) so that both traces are past them and the test stays quick."""
+    read at a time, runs of 2,048 records merged 4 at a time) so that both traces are past them and the test stays
+    quick."""
     from steplens.trace import spill
 
     monkeypatch.setattr(spill, "CHUNK", 2048)
+    monkeypatch.setattr(spill, "FAN_IN", 4)
     monkeypatch.setattr(summarize, "iter_events", functools.partial(reader.iter_events, chunk=1 << 16))
     small, large = _python_heavy_trace(tmp_path, 2), _python_heavy_trace(tmp_path, 6)
     _peak_bytes(small)  # the first call imports and caches what every later one shares
@@ -868,11 +870,13 @@ def _gpu_heavy_trace(tmp_path, steps, kernels=1000, memory_events=0):
 
 
 def _small_chunks(monkeypatch):
-    """Sorted runs of 256 records read 64 at a time, and 64 KiB of JSON at a time: both traces of a test are past
-    spill.FAN_IN runs, so the merge holds as many buffers for either, and the test stays quick."""
+    """Sorted runs of 256 records read 64 at a time and merged 4 at a time, and 64 KiB of JSON at a time: both
+    traces of a test are past spill.FAN_IN runs, so the merge holds as many buffers for either, and the test stays
+    quick."""
     from steplens.trace import spill
 
     monkeypatch.setattr(spill, "CHUNK", 256)
+    monkeypatch.setattr(spill, "FAN_IN", 4)
     monkeypatch.setattr(spill, "BUFFER", 64)
     monkeypatch.setattr(summarize, "iter_events", functools.partial(reader.iter_events, chunk=1 << 16))
 

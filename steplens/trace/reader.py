@@ -27,6 +27,7 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 # Where one event ends and the next begins: the text up to the last of these parses as whole events, or not at all
 # (a cut inside a string or inside an event leaves the array unclosed).
 _BOUNDARY = "},"
+_NEXT_OBJECT = re.compile(r"[ \t\n\r]*\{")
 # An integer past 64 bits, which orjson reads as a float and json as an int, has 19 digits or more.
 _DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_RUN = b"0" * 19
@@ -146,6 +147,16 @@ class _Stream:
                 raise ValueError(f"expected ',' or ']' between trace events, found {c or 'the end of the file'!r}")
             self.pos += 1
 
+    def _boundary(self, before: int) -> int:
+        """The last '},' before `before` that a '{' follows (blanks between): an event's end, unless inside a
+        string or an array of objects, which _run's parse then refuses; -1 where there is none."""
+        buf, cut = self.buf, before
+        while True:
+            cut = buf.rfind(_BOUNDARY, self.pos, cut)
+            if cut < 0 or _NEXT_OBJECT.match(buf, cut + len(_BOUNDARY)):
+                return cut
+            cut += 1  # rfind's end is exclusive: the next search ends before this '},'
+
     def _run(self):
         """The events from here to the buffer's last event boundary, parsed as one array (then the stream stands
         after that boundary's comma), or None: no boundary, or text that does not parse whole, which is then read
@@ -157,9 +168,9 @@ class _Stream:
         if self.char() != "{":
             return None
         # a quarter chunk of events at a time: their objects, alive at once, cost several times their text
-        cut = self.buf.rfind(_BOUNDARY, self.pos, self.pos + self.chunk // 4)
+        cut = self._boundary(self.pos + self.chunk // 4)
         if cut < 0:
-            cut = self.buf.rfind(_BOUNDARY, self.pos)
+            cut = self._boundary(len(self.buf))
         if cut < 0:
             return None
         try:

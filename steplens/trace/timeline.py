@@ -151,16 +151,21 @@ def extract(
     t = Trace()
     names = {}  # one string object per distinct name
     scopes = set(KNOWN)  # every phase's scopes (steplens/scopes.py); other annotations go to named
-    # the memory events are instant events, which damage.readable skips: memory.tap keeps them on the way
-    for index, ev, s, dur in damage.readable(memory.tap(events, t.memory), t.damage, skip, keys):
+    complete, threads, first, last = t.complete, t.threads, None, None  # first, last: the CPU slices' span
+    # the memory events are instant events, which damage.readable passes to memory's take
+    for index, ev, s, dur in damage.readable(events, t.damage, skip, keys, t.memory.take):
         e = s + dur
-        t.complete.add_event(ev)
+        track = (ev.get("pid"), ev.get("tid"))
+        complete.add_readable(track, ev)
         if tap is not None:
             tap(ev, s, dur)
         cat = ev.get("cat", "")
         if cat in CPU_SLICE_CATS:
-            t.threads.add((ev.get("pid"), ev.get("tid")), s, e)
-            t.cpu_span = (min(t.cpu_span[0], s), max(t.cpu_span[1], e)) if t.cpu_span else (s, e)
+            threads.add(track, s, e)
+            if first is None:
+                first, last = s, e
+            else:
+                first, last = s if s < first else first, e if e > last else last
             if cat == "cpu_op" and ev.get("name") in SYNC_OPS:
                 t.sync_ops.append((ev["name"], s, e, ev.get("tid")))
             if cat == "python_function" or cat == "cpu_op":
@@ -204,6 +209,7 @@ def extract(
             t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
         elif cat == CAPTURE_CAT:
             t.captures.append((s, e))
+    t.cpu_span = (first, last) if first is not None else None
     t.steps.sort()
     step_damage(t)
     coverage_damage(t)

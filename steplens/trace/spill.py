@@ -10,12 +10,13 @@ trace's size; the disk holds the records about twice.
 The sorting and merging run in C (sorted, list.sort on a few sorted pieces, array's bytes): Python touches a
 record only where it is added and where it is read.
 
-The temp file goes to $STEPLENS_SPILL_DIR where set, else to the system's temp folder (tempfile.gettempdir).
-A write that fails or stops short (a full disk: ENOSPC) raises SpillError; the file is closed and removed on
-every path out, an interrupt (Ctrl-C) included."""
+The temp file goes to $STEPLENS_SPILL_DIR where set, else to the system's temp folder (tempfile.gettempdir);
+where that folder is a RAM disk (tmpfs), a line on stderr says so once. The file has no name (removed as it is
+made), so it is gone once closed, or once the process ends however it ends. A write that fails or stops short (a
+full disk: ENOSPC) raises SpillError, a TraceError: one line, never a silently shorter result."""
 
-import errno
 import os
+import sys
 import tempfile
 from array import array
 from bisect import bisect_right
@@ -23,19 +24,52 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+from steplens.trace.reader import TraceError
+
 CHUNK = 1 << 15  # records sorted in memory at a time (a list of tuples: about 4.5 MB for 32k records of three numbers)
 FAN_IN = 64  # runs merged at once
 BUFFER = 1 << 9  # records read from a run at a time
 SPILL_DIR = "STEPLENS_SPILL_DIR"  # the environment variable that names the temp file's folder
 
 
-class SpillError(OSError):
+class SpillError(TraceError):
     """The temp file could not be written whole (a full disk, a quota, an I/O error)."""
 
 
 def spill_dir() -> str:
     """The folder the temp files go to: $STEPLENS_SPILL_DIR where set, else the system's temp folder."""
     return os.environ.get(SPILL_DIR) or tempfile.gettempdir()
+
+
+def file_system(path: str) -> str | None:
+    """The type of the file system that holds path (/proc/mounts' longest mount point above it), or None."""
+    try:
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[1:3] for line in f]
+    except OSError:
+        return None
+    path = os.path.realpath(path)
+    best = max((m for m in mounts if path == m[0] or path.startswith(m[0].rstrip("/") + "/")), key=len, default=None)
+    return best[1] if best else None
+
+
+_told: set[str] = set()  # the RAM-disk folders already named on stderr
+
+
+def _temp_file():
+    """The unnamed temp file of a spill, in spill_dir(); where that is a RAM disk, a line on stderr says so once."""
+    folder = spill_dir()
+    if folder not in _told and file_system(folder) == "tmpfs":
+        _told.add(folder)
+        print(
+            f"steplens: sorting through a temp file in {folder}, a RAM disk (tmpfs): it holds about 60 bytes per "
+            f"trace event in memory; set {SPILL_DIR} to a folder on disk for a trace larger than memory",
+            file=sys.stderr,
+        )
+    try:
+        return tempfile.TemporaryFile(prefix="steplens-spill-", dir=folder)
+    except OSError as e:
+        raise SpillError(f"cannot make the sort's temp file in {folder} ({SPILL_DIR}): {e.strerror}") from e
 
 
 class SortedRecords:
@@ -91,7 +125,7 @@ class SortedRecords:
         """Write sorted blocks of records (lists) one after another as one run at the file's end."""
         try:
             if self.file is None:
-                self.file = tempfile.TemporaryFile(prefix="steplens-spill-", dir=spill_dir())
+                self.file = _temp_file()
             start, n = self.end, 0
             for block in blocks:
                 n += len(block)
@@ -110,9 +144,11 @@ class SortedRecords:
             try:
                 wrote = os.pwrite(fd, data[done:], self.end + done)
             except OSError as e:
-                raise SpillError(e.errno, f"cannot write the sort's temp file in {spill_dir()}: {e.strerror}") from e
+                raise SpillError(
+                    f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): {e.strerror}"
+                ) from e
             if wrote <= 0:
-                raise SpillError(errno.EIO, f"cannot write the sort's temp file in {spill_dir()}: no byte written")
+                raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): no byte written")
             done += wrote
         self.end += len(data)
         self.spilled_bytes += len(data)
@@ -125,7 +161,7 @@ class SortedRecords:
             k = min(step, n - done)
             data = os.pread(fd, k * size, offset + done * size)
             if len(data) != k * size:
-                raise SpillError(errno.EIO, f"the sort's temp file in {spill_dir()} was cut short while read")
+                raise SpillError(f"the sort's temp file in {spill_dir()} was cut short while read")
             part = array(self.typecode)
             part.frombytes(data)
             done += k

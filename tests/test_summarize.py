@@ -957,3 +957,30 @@ def test_the_objects_a_timeline_retains_do_not_grow_with_the_events(tmp_path, mo
     assert len(t8.steps) == 8 * len(t1.steps) and len(t8.gpu) == 8 * len(t1.gpu) > 0
     added = (held8 - held1) / (events[8] - events[1])
     assert added < 1 / 20, f"{held1} objects for {events[1]} events, {held8} for {events[8]}: {added:.3f} per event"
+
+
+def test_the_reader_reads_the_same_events_with_orjson_without_it_and_with_json_load(monkeypatch):
+    """A stored trace read in runs by orjson, in runs by the standard library (orjson not installed) and whole by
+    json.load: the same events, value for value (floats compared by their text)."""
+    trace = os.path.join(RESULTS, "h100-delays", "input.pt.trace.json.gz")
+    whole = json.dumps(reader.load_events(trace))
+    assert reader.orjson is not None, "orjson is installed where the tests run (pyproject.toml's dependencies)"
+    assert json.dumps(list(reader.iter_events(trace, chunk=1 << 16))) == whole
+    monkeypatch.setattr(reader, "orjson", None)
+    assert json.dumps(list(reader.iter_events(trace, chunk=1 << 16))) == whole
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**64 + 1, -(2**63) - 1, 2**63 - 1, 18446744073709551615, float("nan"), "\udc80"],
+    ids=["past 64 bits", "below -2**63", "int64 max", "uint64 max", "NaN", "lone surrogate"],
+)
+def test_a_value_orjson_reads_otherwise_or_refuses_is_read_as_json_reads_it(tmp_path, value):
+    """Values where orjson and json part (an integer past 64 bits orjson reads as a float; NaN and a lone surrogate
+    it refuses), in the middle of a run of events: every event reads as json.load reads it."""
+    events = [x(f"f{i}", "python_function", 10.0 + i, 0.5) for i in range(3000)]
+    events[1500]["args"] = {"odd": value}
+    path = write(tmp_path, events)
+    got = list(reader.iter_events(path, chunk=1 << 14))
+    assert repr(got) == repr(reader.load_events(path))
+    assert type(got[1500]["args"]["odd"]) is type(value)

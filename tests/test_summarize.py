@@ -14,7 +14,7 @@ from conftest import ROOT
 
 from steplens.evidence import attribution, diagnosis, formatting, summarize
 from steplens.scopes import FORWARD_BACKWARD, NEXT_BATCH, TO_DEVICE
-from steplens.trace import nesting, reader, timeline
+from steplens.trace import nesting, reader, spill, timeline
 
 CPU = {"pid": 1, "tid": 1}
 RESULTS = os.path.join(ROOT, "results")
@@ -782,10 +782,11 @@ def test_peak_memory_does_not_grow_with_the_complete_events(tmp_path, monkeypatc
     """Three times the Python slices (10,000 against 30,000 complete events) leave the peak within 10% or
     128 KB: the nesting count, the crossing slices and the duplicate keys go to sorted runs on disk. Kept
     as arrays they would add 48 bytes an event, about 1 MB here. The chunks are made small (64 KiB of JSON
-    read at a time, runs of 2,048 records) so that both traces are past them and the test stays quick."""
-    from steplens.trace import spill
+    read at a time, runs of 2,048 records merged 4 at a time) so that both traces are past them and the test stays
+    quick."""
 
     monkeypatch.setattr(spill, "CHUNK", 2048)
+    monkeypatch.setattr(spill, "FAN_IN", 4)
     monkeypatch.setattr(summarize, "iter_events", functools.partial(reader.iter_events, chunk=1 << 16))
     small, large = _python_heavy_trace(tmp_path, 2), _python_heavy_trace(tmp_path, 6)
     _peak_bytes(small)  # the first call imports and caches what every later one shares
@@ -868,11 +869,12 @@ def _gpu_heavy_trace(tmp_path, steps, kernels=1000, memory_events=0):
 
 
 def _small_chunks(monkeypatch):
-    """Sorted runs of 256 records read 64 at a time, and 64 KiB of JSON at a time: both traces of a test are past
-    spill.FAN_IN runs, so the merge holds as many buffers for either, and the test stays quick."""
-    from steplens.trace import spill
+    """Sorted runs of 256 records read 64 at a time and merged 4 at a time, and 64 KiB of JSON at a time: both
+    traces of a test are past spill.FAN_IN runs, so the merge holds as many buffers for either, and the test stays
+    quick."""
 
     monkeypatch.setattr(spill, "CHUNK", 256)
+    monkeypatch.setattr(spill, "FAN_IN", 4)
     monkeypatch.setattr(spill, "BUFFER", 64)
     monkeypatch.setattr(summarize, "iter_events", functools.partial(reader.iter_events, chunk=1 << 16))
 
@@ -920,3 +922,65 @@ def test_summarize_opens_with_the_verdict_in_at_most_25_lines_and_no_project_wor
     for word in ("four scopes", "idle_basis", "docs/", "input/next_batch", "--workers", "mode=bench"):
         assert word not in proc.stdout, word
     assert lines[-1].startswith("more: --full")
+
+
+def _retained_objects(path):
+    """Objects the garbage collector tracks (lists, dicts, tuples...) that the timeline of a trace holds once
+    read: gc's count after timeline.read, less its count before."""
+    import gc
+
+    gc.collect()
+    before = len(gc.get_objects())
+    t = timeline.read(lambda: reader.iter_events(path))
+    gc.collect()
+    held = len(gc.get_objects()) - before
+    return held, t
+
+
+def test_the_objects_a_timeline_retains_do_not_grow_with_the_events(tmp_path, monkeypatch):
+    """A stored H100 trace, and the same made 8 times as long by scripts/scale_trace.py: the timeline holds
+    fewer than one object the garbage collector tracks per 20 events added (its steps and scopes: a few per
+    step). A tuple or list per event, or per GPU event, would hold one or more per event."""
+    import importlib.util
+
+    monkeypatch.setattr(spill, "CHUNK", 1024)  # both traces go past a chunk to the sorted runs on disk
+    spec = importlib.util.spec_from_file_location("scale_trace", os.path.join(ROOT, "scripts", "scale_trace.py"))
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    source = os.path.join(RESULTS, "h100-delays", "launch.pt.trace.json.gz")
+    paths = {n: str(tmp_path / f"x{n}.pt.trace.json") for n in (1, 8)}
+    for n, path in paths.items():
+        assert scale.main([source, path, "--copies", str(n)]) == 0
+    _retained_objects(paths[1])  # the first call imports and caches what every later one shares
+    (held1, t1), (held8, t8) = _retained_objects(paths[1]), _retained_objects(paths[8])
+    events = {n: sum(1 for _ in reader.iter_events(p)) for n, p in paths.items()}
+    assert len(t8.steps) == 8 * len(t1.steps) and len(t8.gpu) == 8 * len(t1.gpu) > 0
+    added = (held8 - held1) / (events[8] - events[1])
+    assert added < 1 / 20, f"{held1} objects for {events[1]} events, {held8} for {events[8]}: {added:.3f} per event"
+
+
+def test_the_reader_reads_the_same_events_with_orjson_without_it_and_with_json_load(monkeypatch):
+    """A stored trace read in runs by orjson, in runs by the standard library (orjson not installed) and whole by
+    json.load: the same events, value for value (floats compared by their text)."""
+    trace = os.path.join(RESULTS, "h100-delays", "input.pt.trace.json.gz")
+    whole = json.dumps(reader.load_events(trace))
+    assert reader.orjson is not None, "orjson is installed where the tests run (pyproject.toml's dependencies)"
+    assert json.dumps(list(reader.iter_events(trace, chunk=1 << 16))) == whole
+    monkeypatch.setattr(reader, "orjson", None)
+    assert json.dumps(list(reader.iter_events(trace, chunk=1 << 16))) == whole
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**64 + 1, -(2**63) - 1, 2**63 - 1, 18446744073709551615, float("nan"), "\udc80"],
+    ids=["past 64 bits", "below -2**63", "int64 max", "uint64 max", "NaN", "lone surrogate"],
+)
+def test_a_value_orjson_reads_otherwise_or_refuses_is_read_as_json_reads_it(tmp_path, value):
+    """Values where orjson and json part (an integer past 64 bits orjson reads as a float; NaN and a lone surrogate
+    it refuses), in the middle of a run of events: every event reads as json.load reads it."""
+    events = [x(f"f{i}", "python_function", 10.0 + i, 0.5) for i in range(3000)]
+    events[1500]["args"] = {"odd": value}
+    path = write(tmp_path, events)
+    got = list(reader.iter_events(path, chunk=1 << 14))
+    assert repr(got) == repr(reader.load_events(path))
+    assert type(got[1500]["args"]["odd"]) is type(value)

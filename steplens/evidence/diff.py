@@ -15,16 +15,17 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
 from steplens.evidence import delays
 from steplens.evidence.attribution import pooled_classes
 from steplens.evidence.diagnosis import verdict
-from steplens.project.runs import CompareError, fetch_traces, is_run_uuid
 from steplens.evidence.summarize import add_reading_options, summarize_file
+from steplens.project.runs import CompareError, fetch_traces, is_run_uuid
 from steplens.text import safe_text
-from steplens.trace.reader import TraceError, iter_events
+from steplens.trace.reader import TraceError
+from steplens.trace.timeline import Tap
 
 TOP = 5  # rows per list of kernels or operators
 CHANGED_AT = 0.05  # a matched name's time per call must move by this share (and MIN_US) to count as faster or slower
@@ -73,25 +74,36 @@ def loose_name(name: str) -> str:
     return "".join(out)
 
 
-def name_tables(paths: Iterable[str]) -> dict[str, dict[str, list[float]]]:
-    """{"kernels": {name: [count, µs]}, "operators": {...}} over the traces' GPU events and CPU operators."""
-    tables: dict[str, dict[str, list[float]]] = {"kernels": {}, "operators": {}}
-    for path in paths:
-        for ev in iter_events(path):
-            if not isinstance(ev, dict) or ev.get("ph") != "X":
-                continue
-            cat, dur, name = ev.get("cat"), ev.get("dur"), ev.get("name")
-            if not isinstance(name, str) or not isinstance(dur, (int, float)) or isinstance(dur, bool):
-                continue
-            table = tables["kernels"] if cat in ("kernel", "gpu_memcpy", "gpu_memset") else None
-            if cat == "cpu_op":
-                table = tables["operators"]
-            if table is None:
-                continue
-            row = table.setdefault(name, [0, 0.0])
-            row[0] += 1
-            row[1] += dur
-    return tables
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+class NameTables:
+    """{"kernels": {name: [count, µs]}, "operators": {...}} over traces' GPU events and CPU operators, kept from
+    the pass that summarizes each trace (summarize_file's tap): each trace is read once."""
+
+    def __init__(self):
+        self.tables: dict[str, dict[str, list[float]]] = {"kernels": {}, "operators": {}}
+
+    def tap(self) -> Callable[[], Tap]:
+        """The tap for the next trace: each pass over it (a second one drops events written twice) starts from the
+        tables as they stood before the trace."""
+        before = {which: {n: list(row) for n, row in rows.items()} for which, rows in self.tables.items()}
+
+        def restart() -> Tap:
+            self.tables = {which: {n: list(row) for n, row in rows.items()} for which, rows in before.items()}
+            kernels, operators = self.tables["kernels"], self.tables["operators"]
+
+            def keep(ev: dict[str, Any], start: float, dur: float) -> None:
+                cat = ev.get("cat")
+                table = kernels if cat in GPU_CATS else operators if cat == "cpu_op" else None
+                if table is not None:
+                    row = table.setdefault(ev["name"], [0, 0.0])
+                    row[0] += 1
+                    row[1] += dur
+
+            return keep
+
+        return restart
 
 
 def read_side(
@@ -99,7 +111,10 @@ def read_side(
 ) -> dict[str, Any]:
     """One side of a diff: its traces' evidence, pooled per step, and its name tables."""
     paths = traces_of(path)
-    evidences = [summarize_file(p, lanes=lanes, input_scope=input_scope, step_scope=step_scope) for p in paths]
+    names = NameTables()
+    evidences = [
+        summarize_file(p, lanes=lanes, input_scope=input_scope, step_scope=step_scope, tap=names.tap()) for p in paths
+    ]
     windows = [ev["window"] for ev in evidences]
     steps = sum(w["steps"] for w in windows)
     v = verdict(evidences)
@@ -117,7 +132,7 @@ def read_side(
         "delays_ms": {c: s * step_ms for c, s in shares.items()} if shares and step_ms else None,
         "delay_shares": shares,
         "classes": pooled_classes(windows, steps)["kernel_classes"],
-        "names": name_tables(paths),
+        "names": names.tables,
         "host": host_figures(paths),
     }
 

@@ -13,14 +13,15 @@ import os
 import re
 import statistics
 import sys
-from collections.abc import Iterable
+from array import array
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from steplens.evidence import attribution, picture, summarize
 from steplens.scopes import NEXT_BATCH, SCOPES
 from steplens.stats import ALPHA, sign_test_p, steps_needed
 from steplens.text import say, write
-from steplens.trace import intervals, reader
+from steplens.trace import intervals, reader, spill
 from steplens.trace.intervals import minus
 
 NCCL = "nccl"
@@ -134,57 +135,88 @@ def _is_cpu_comm(name):
     return any(k in low for k in CPU_COMM)
 
 
+class Timelines:
+    """Steps, the scopes, and the communication and compute intervals of one trace, kept one complete event at
+    a time: from summarize's own pass (keep is a timeline.read tap), so that a rank's trace is read once."""
+
+    def __init__(self):
+        self.steps, self.scopes = [], {n: [] for n in SCOPES}
+        self.nccl, self.kernels, self.cpu_comm = [], [], {}
+        self.cpu_ops: dict[tuple[Any, Any], array] = {}  # each thread's operators, start and end in turn
+
+    def restart(self) -> Callable[[dict[str, Any], float, float], None]:
+        """A fresh start (a second pass drops events written twice); returns keep."""
+        self.__init__()
+        return self.keep
+
+    def keep(self, ev: dict[str, Any], s: float, dur: float) -> None:
+        """One complete event that starts at s and lasts dur µs."""
+        e = s + dur
+        cat, name, thread = ev.get("cat", ""), ev.get("name", ""), (ev.get("pid"), ev.get("tid"))
+        if not isinstance(cat, str) or not isinstance(name, str):  # the damage pass counts such an event
+            return
+        if cat == "user_annotation":
+            if name.startswith("ProfilerStep#"):
+                number = name.split("#", 1)[1]
+                if number.isdigit():  # a damaged step name is the damage pass's to count
+                    self.steps.append((int(number), s, e))
+            elif name in self.scopes:
+                self.scopes[name].append([s, e])
+            elif _is_cpu_comm(name):
+                self.cpu_comm.setdefault(thread, []).append([s, e])
+        elif cat == "kernel":
+            (self.nccl if NCCL in name.lower() else self.kernels).append([s, e])
+        elif cat == "cpu_op":
+            if _is_cpu_comm(name):
+                self.cpu_comm.setdefault(thread, []).append([s, e])
+            else:
+                self.cpu_ops.setdefault(thread, array("d")).extend((s, e))
+
+    def result(self) -> dict[str, Any]:
+        """{"steps", "scopes", "source", "comm", "compute"} (see timelines)."""
+        cpu_comm = self.cpu_comm
+        if self.nccl:
+            source, comm, compute = "nccl kernels", intervals.union(self.nccl), intervals.union(self.kernels)
+        elif cpu_comm:
+            source = "cpu (gloo/c10d operators)"
+            comm = intervals.union([iv for ivs in cpu_comm.values() for iv in ivs])
+            # An operator that encloses a collective (autograd's evaluate_function around DDP's hook, say)
+            # is not compute while the collective runs: per thread, compute is operators less collectives.
+            compute = intervals.union(
+                [
+                    iv
+                    for thread, ops in self.cpu_ops.items()
+                    for iv in minus(
+                        intervals.union([[ops[i], ops[i + 1]] for i in range(0, len(ops), 2)]),
+                        intervals.union(cpu_comm.get(thread, [])),
+                    )
+                ]
+            )
+        else:
+            source, comm, compute = None, [], []
+        return {
+            "steps": sorted(set(self.steps)),  # an exact duplicate of a step is one step
+            "scopes": {n: intervals.union(v) for n, v in self.scopes.items()},
+            "source": source,
+            "comm": comm,
+            "compute": compute,
+        }
+
+
 def timelines(events: Iterable[dict]) -> dict[str, Any]:
-    """Steps, the scopes, and the communication and compute intervals of one trace."""
-    steps, scopes = [], {n: [] for n in SCOPES}
-    nccl, kernels, cpu_comm, cpu_ops = [], [], {}, {}
+    """Steps, the scopes, and the communication and compute intervals of one trace's events (a list or a stream:
+    every complete event whose ts and dur read as numbers, dur 0 where it is missing)."""
+    found = Timelines()
     for ev in events:
         if ev.get("ph") != "X":
             continue
         try:
             s = float(ev["ts"])
-            e = s + float(ev.get("dur", 0))
+            dur = float(ev.get("dur", 0))
         except (KeyError, TypeError, ValueError):
             continue
-        cat, name, thread = ev.get("cat", ""), ev.get("name", ""), (ev.get("pid"), ev.get("tid"))
-        if not isinstance(cat, str) or not isinstance(name, str):  # the damage pass counts such an event
-            continue
-        if cat == "user_annotation":
-            if name.startswith("ProfilerStep#"):
-                number = name.split("#", 1)[1]
-                if number.isdigit():  # a damaged step name is the damage pass's to count
-                    steps.append((int(number), s, e))
-            elif name in scopes:
-                scopes[name].append([s, e])
-            elif _is_cpu_comm(name):
-                cpu_comm.setdefault(thread, []).append([s, e])
-        elif cat == "kernel":
-            (nccl if NCCL in name.lower() else kernels).append([s, e])
-        elif cat == "cpu_op":
-            (cpu_comm if _is_cpu_comm(name) else cpu_ops).setdefault(thread, []).append([s, e])
-    if nccl:
-        source, comm, compute = "nccl kernels", intervals.union(nccl), intervals.union(kernels)
-    elif cpu_comm:
-        source = "cpu (gloo/c10d operators)"
-        comm = intervals.union([iv for ivs in cpu_comm.values() for iv in ivs])
-        # An operator that encloses a collective (autograd's evaluate_function around DDP's hook, say)
-        # is not compute while the collective runs: per thread, compute is operators less collectives.
-        compute = intervals.union(
-            [
-                iv
-                for thread, ops in cpu_ops.items()
-                for iv in minus(intervals.union(ops), intervals.union(cpu_comm.get(thread, [])))
-            ]
-        )
-    else:
-        source, comm, compute = None, [], []
-    return {
-        "steps": sorted(set(steps)),  # an exact duplicate of a step is one step
-        "scopes": {n: intervals.union(v) for n, v in scopes.items()},
-        "source": source,
-        "comm": comm,
-        "compute": compute,
-    }
+        found.keep(ev, s, dur)
+    return found.result()
 
 
 def step_figures(
@@ -253,6 +285,8 @@ def rank_figures(
     try:
         return _read_rank(paths, rank, input_scope, lanes)
     except DAMAGE as e:
+        if isinstance(e, spill.SpillError):  # the machine's fault (a full disk), not the trace's: the command stops
+            raise RanksError(str(e)) from e
         if rank is None:
             rank = next((r for r in (trace_identity(p)["rank"] for p in paths) if r is not None), None)
         why = f"damaged: {e}" if isinstance(e, DamagedRank) else f"unreadable: {e}"
@@ -264,12 +298,13 @@ def _read_rank(paths, rank, input_scope, lanes):
     for path in paths:
         if rank is None:
             rank = trace_rank(path)
-        evidence = summarize.summarize_file(path, lanes=lanes, input_scope=input_scope)
+        kept = Timelines()  # from summarize's own pass: each trace is read once (twice with duplicates)
+        evidence = summarize.summarize_file(path, lanes=lanes, input_scope=input_scope, tap=kept.restart)
         if evidence.get("damage_withheld"):
             raise DamagedRank(f"{path}: {evidence['damage_withheld']}")
         if evidence.get("window_only"):  # ranks are compared step by step: a trace without steps cannot be
             raise reader.TraceError(f"{path}: no ProfilerStep#N slices: ranks are compared step by step")
-        t = timelines(reader.iter_events(path))
+        t = kept.result()
         sources.add(t["source"])
         runs_ahead = bool(evidence.get("cpu_runs_ahead"))
         if runs_ahead and t["source"] and not t["source"].startswith("cpu"):

@@ -99,11 +99,26 @@ class Operators:
         return out
 
 
-def read_with_operators(open_events: Callable[[], Iterable[Any]]) -> tuple[Trace, Operators]:
+def read_with_operators(
+    open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None = None
+) -> tuple[Trace, Operators]:
     """A trace's timeline read as summarize reads it (timeline.read: damage counted, events written twice
-    removed in a second pass), and its operators and launch calls kept in the same pass."""
+    removed in a second pass), and its operators and launch calls kept in the same pass; tap: another caller's
+    (timeline.read's), given the same events."""
     ops = Operators()
-    return read(open_events, ops.restart), ops
+    if tap is None:
+        return read(open_events, ops.restart), ops
+
+    def both() -> Tap:
+        keep, other = ops.restart(), tap()
+
+        def give(ev: dict[str, Any], start: float, dur: float) -> None:
+            keep(ev, start, dur)
+            other(ev, start, dur)
+
+        return give
+
+    return read(open_events, both), ops
 
 
 def device_of(meta: dict[str, Any]) -> str | None:

@@ -46,7 +46,7 @@ from steplens.trace import memory, soundness
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
 from steplens.trace.intervals import intersect, total, union
 from steplens.trace.reader import TraceError, iter_events
-from steplens.trace.timeline import MEMSET_CALLS, WORK_CALLS, Trace, bucket, read
+from steplens.trace.timeline import MEMSET_CALLS, WORK_CALLS, Tap, Trace, bucket, read
 
 
 class _Reading:
@@ -495,16 +495,19 @@ def summarize_file(
     with_roofline: bool = False,
     model: Any = None,
     step_scope: str | None = None,
+    tap: Callable[[], Tap] | None = None,
 ) -> dict[str, Any]:
     """The evidence of one trace file (summarize_events).
 
     with_roofline: the evidence also carries "roofline", the roofline by kernel class (see roofline.roofline,
     which takes model), made from the same read of the file: one pass, or two where events were written twice,
-    as without it."""
+    as without it.
+    tap: what else a caller keeps from the same read (timeline.read's tap: called at the start of each pass, it
+    returns the function given each kept complete event); the file is still read once (twice with duplicates)."""
     if not with_roofline:
-        return summarize_events(lambda: iter_events(path), path, lanes, input_scope, step_scope)
+        return summarize_trace(read(lambda: iter_events(path), tap), path, lanes, input_scope, step_scope)
     meta = {}
-    t, ops = read_with_operators(lambda: iter_events(path, meta=meta))
+    t, ops = read_with_operators(lambda: iter_events(path, meta=meta), tap)
     steps_note = choose_steps(t, path, step_scope)
     found = roofline(t, ops, device_of(meta), model, path)  # before summarize adds the memory events' damage
     evidence = summarize_trace(t, path, lanes, input_scope, step_scope)

@@ -9,7 +9,7 @@ import json
 import math
 import statistics
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from steplens.scopes import KNOWN
@@ -272,46 +272,80 @@ class Skip:
         return False
 
 
+_ID_TYPES = frozenset((int, str, type(None)))  # what a pid or tid may be (check_complete)
+_INF = float("inf")
+
+
 def readable(
-    events: Iterable[Any], damage: Damage, skip: "Skip | None" = None, keys: "SortedRecords | None" = None
+    events: Iterable[Any],
+    damage: Damage,
+    skip: "Skip | None" = None,
+    keys: "SortedRecords | None" = None,
+    other: "Callable[[dict[str, Any]], None] | None" = None,
 ) -> Iterator[tuple[int, dict[str, Any], float, float]]:
     """(index, event, start, duration) of each complete event that can be read, in file order.
 
     What cannot be read is counted in damage. The trace's time is fixed by the median start of its first
     ANCHOR_EVENTS readable complete events; an event farther than FAR_US from it is counted and skipped.
-    keys (first pass) gathers each event's fingerprint; skip (second pass) drops the second copies."""
+    keys (first pass) gathers each event's fingerprint; skip (second pass) drops the second copies.
+    other: given every event that is an object but no complete event (the [memory] events are among them)."""
     pending, anchor = [], None
     for index, ev in enumerate(events):
-        if not isinstance(ev, dict):
+        if type(ev) is not dict and not isinstance(ev, dict):
             damage.add("non_object", ev, False)
             continue
         if ev.get("ph") != "X":
+            if other is not None:
+                other(ev)
             continue
-        found = check_complete(ev, damage)
-        if found is None:
-            continue
+        ts, dur, name, args = ev.get("ts"), ev.get("dur"), ev.get("name"), ev.get("args")
+        # the common event, plain numbers and names, needs none of check_complete's questions: the same answer
+        if (
+            type(ts) is float
+            and type(dur) is float
+            and -_INF < ts < _INF
+            and 0.0 <= dur < _INF
+            and type(name) is str
+            and type(args) is dict
+            and type(ev.get("pid")) in _ID_TYPES
+            and type(ev.get("tid")) in _ID_TYPES
+            and name.isprintable()
+        ):
+            found = ts, dur
+        else:
+            found = check_complete(ev, damage)
+            if found is None:
+                continue
+            ts, dur = found
         if anchor is None:
-            pending.append((index, ev, *found))
+            pending.append((index, ev, ts, dur))
             if len(pending) < ANCHOR_EVENTS:
                 continue
             anchor = statistics.median(item[2] for item in pending)
             yield from _kept(pending, anchor, damage, skip, keys)
             pending = None
             continue
-        yield from _kept(((index, ev, *found),), anchor, damage, skip, keys)
+        if _keep(ev, ts, dur, anchor, damage, skip, keys):
+            yield index, ev, ts, dur
     if pending:
         yield from _kept(pending, statistics.median(item[2] for item in pending), damage, skip, keys)
 
 
 def _kept(items, anchor, damage, skip, keys):
     for index, ev, ts, dur in items:
-        if abs(ts - anchor) > FAR_US:
-            damage.add("far_outside", ev, ev.get("cat") in FIGURE_CATS)
-            continue
-        key = fingerprint(ev, ts, dur)
-        if keys is not None:
-            keys.add(key)
-        elif skip is not None and skip(key):
-            damage.add("duplicate", ev, ev.get("cat") in FIGURE_CATS)
-            continue
-        yield index, ev, ts, dur
+        if _keep(ev, ts, dur, anchor, damage, skip, keys):
+            yield index, ev, ts, dur
+
+
+def _keep(ev, ts, dur, anchor, damage, skip, keys) -> bool:
+    """Whether a readable complete event is kept: near the trace's time, and not the second copy of one."""
+    if abs(ts - anchor) > FAR_US:
+        damage.add("far_outside", ev, ev.get("cat") in FIGURE_CATS)
+        return False
+    key = fingerprint(ev, ts, dur)
+    if keys is not None:
+        keys.add(key)
+    elif skip is not None and skip(key):
+        damage.add("duplicate", ev, ev.get("cat") in FIGURE_CATS)
+        return False
+    return True

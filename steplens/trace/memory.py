@@ -65,6 +65,11 @@ class Memory:
         d.count += 1
         self.seen += 1
 
+    def take(self, ev: dict[str, Any]) -> None:
+        """Keep ev where it is a [memory] event; any other event is left (damage.readable's other)."""
+        if ev.get("ph") == "i" and ev.get("name") == MEMORY_EVENT:
+            self.add(ev)
+
 
 _SIGN = 1 << 63
 

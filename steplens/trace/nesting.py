@@ -37,13 +37,16 @@ def to_ns(value: float | str) -> int:
     if isinstance(value, int):
         return value * 1000
     v = float(value)
+    return _float_ns(v) if v >= 0 else -to_ns(-v)
+
+
+def _float_ns(v: float) -> int:
+    """to_ns of a float that is not negative: llround, halves away from zero."""
     if v.is_integer():
         return int(v) * 1000
     r = v * 1000.0
-    if r >= 0:
-        n = int(r)  # llround: halves away from zero
-        return n + 1 if r - n >= 0.5 else n
-    return -to_ns(-v)
+    n = int(r)
+    return n + 1 if r - n >= 0.5 else n
 
 
 def complete_event(ev: Any) -> tuple[tuple[Any, Any], int, int] | None:
@@ -170,11 +173,22 @@ class DropCount:
     def add_event(self, ev: Any) -> None:
         found = complete_event(ev)
         if found:
-            track, ts, dur = found
-            n = self.ids.get(track)
-            if n is None:
-                n = self.ids[track] = len(self.ids)
-            self.records.add((n, ts, -(ts + dur)))
+            self.add(*found)
+
+    def add(self, track: tuple[Any, Any], ts: int, dur: int) -> None:
+        """One slice: its track and its times in integer ns (to_ns)."""
+        n = self.ids.get(track)
+        if n is None:
+            n = self.ids[track] = len(self.ids)
+        self.records.add((n, ts, -(ts + dur)))
+
+    def add_readable(self, track: tuple[Any, Any], ev: dict[str, Any]) -> None:
+        """A complete event that damage.readable kept (a dict, ph X, with ts and dur): as add_event, sooner."""
+        ts, dur = ev["ts"], ev["dur"]
+        if type(ts) is float and type(dur) is float and ts >= 0.0:  # dur >= 0: readable checked it
+            self.add(track, _float_ns(ts), _float_ns(dur))
+        else:
+            self.add_event(ev)
 
     def count(self) -> int:
         """The number dropped, track by track in the importer's order (ts; the longer first). Read once."""

@@ -1,12 +1,22 @@
 """Reading a Chrome trace as a stream of events: memory follows the events kept, not the file's size.
 
-The events of `traceEvents` are parsed one at a time from 1 MiB chunks (plain or gzipped JSON)."""
+The events of `traceEvents` are read from 1 MiB chunks (plain or gzipped JSON). Where a chunk holds whole events,
+they are parsed as one JSON array: with orjson where it is installed, else with the standard library's json,
+which reads them exactly as one raw_decode per event would. Anything else (the document's head and tail, an
+event cut by the chunk's end, a chunk that does not parse as an array) is read one value at a time."""
 
+import codecs
 import gzip
 import json
 import re
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
+
+try:  # about 1.5 times as fast as json on a trace's events; optional (pyproject.toml's dependencies)
+    import orjson
+except ImportError:
+    orjson = None
 
 
 class TraceError(Exception):
@@ -14,10 +24,39 @@ class TraceError(Exception):
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
+# Where one event ends and the next begins: the text up to the last of these parses as whole events, or not at all
+# (a cut inside a string or inside an event leaves the array unclosed).
+_BOUNDARY = "},"
+_NEXT_OBJECT = re.compile(r"[ \t\n\r]*\{")
+# An integer past 64 bits, which orjson reads as a float and json as an int, has 19 digits or more.
+_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_RUN = b"0" * 19
+_RUN_END = re.compile(rb"0*")
+_U64, _I64 = (1 << 64) - 1, 1 << 63
+
+
+def wide_integer(data: bytes, before: bytes = b"") -> bool:
+    """Whether data (after the bytes before it) may hold an integer that 64 bits do not hold. Only runs of 19
+    digits or more are looked at: one after a '.' is a fraction, which both parsers read alike; one that fits
+    (baseTimeNanoseconds, say) is read alike too; any other answers True, even inside a string."""
+    raw = before + data
+    text = raw.translate(_DIGITS)
+    i = text.find(_LONG_RUN)
+    while i >= 0:
+        end = _RUN_END.match(text, i).end()
+        sign = raw[i - 1 : i] if i else b""
+        if sign != b".":
+            if sign in (b"e", b"E", b"+") or end - i > 20:
+                return True
+            if int(raw[i:end]) > (_I64 if sign == b"-" else _U64):
+                return True
+        i = text.find(_LONG_RUN, end)
+    return False
 
 
 class _Stream:
-    """A text stream read in chunks, decoded one JSON value at a time with json's raw_decode.
+    """A text stream read in chunks: runs of whole events parsed as one array, anything else one JSON value at a
+    time with json's raw_decode.
 
     Only the current chunk and the value being decoded are held: memory is bounded by the
     chunk size plus the largest single value (one trace event), not by the file.
@@ -26,13 +65,25 @@ class _Stream:
     def __init__(self, f, chunk=1 << 20):
         self.f, self.chunk, self.buf, self.pos, self.eof = f, chunk, "", 0, False
         self.decode = json.JSONDecoder().raw_decode
+        self.text = codecs.getincrementaldecoder("utf-8")()
+        self.tail = b""  # the last bytes read, for a run of digits that a chunk's end cuts
+        self.loads = orjson.loads if orjson else json.loads
+        self.slow_until = 0  # a run of events that failed to parse as one array: read one by one up to here
 
     def _more(self):
         data = self.f.read(self.chunk)
         if not data:
             self.eof = True
-            return False
-        self.buf = self.buf[self.pos :] + data
+            text = self.text.decode(b"", final=True)
+            if not text:
+                return False
+        else:
+            if self.loads is not json.loads and wide_integer(data, self.tail):
+                self.loads = json.loads  # from here on: what is already read was checked
+            self.tail = data[-32:]
+            text = self.text.decode(data)
+        self.buf = self.buf[self.pos :] + text
+        self.slow_until -= self.pos
         self.pos = 0
         return True
 
@@ -76,13 +127,18 @@ class _Stream:
                 return obj
 
     def array(self):
-        """The elements of the array that starts here, one at a time."""
+        """The elements of the array that starts here, as lists: whole runs of events at once where they parse as
+        one array (_run), else one at a time."""
         self.take("[")
         if self.char() == "]":
             self.pos += 1
             return
         while True:
-            yield self.value()
+            events = self._run()
+            if events is not None:
+                yield events
+                continue
+            yield [self.value()]
             c = self.char()
             if c == "]":
                 self.pos += 1
@@ -90,6 +146,40 @@ class _Stream:
             if c != ",":
                 raise ValueError(f"expected ',' or ']' between trace events, found {c or 'the end of the file'!r}")
             self.pos += 1
+
+    def _boundary(self, before: int) -> int:
+        """The last '},' before `before` that a '{' follows (blanks between): an event's end, unless inside a
+        string or an array of objects, which _run's parse then refuses; -1 where there is none."""
+        buf, cut = self.buf, before
+        while True:
+            cut = buf.rfind(_BOUNDARY, self.pos, cut)
+            if cut < 0 or _NEXT_OBJECT.match(buf, cut + len(_BOUNDARY)):
+                return cut
+            cut += 1  # rfind's end is exclusive: the next search ends before this '},'
+
+    def _run(self):
+        """The events from here to the buffer's last event boundary, parsed as one array (then the stream stands
+        after that boundary's comma), or None: no boundary, or text that does not parse whole, which is then read
+        one value at a time (json's own errors, or values json reads and orjson refuses: NaN, lone surrogates)."""
+        if self.pos < self.slow_until:
+            return None
+        if len(self.buf) - self.pos < self.chunk // 2 and not self.eof:
+            self._more()
+        if self.char() != "{":
+            return None
+        # a quarter chunk of events at a time: their objects, alive at once, cost several times their text
+        cut = self._boundary(self.pos + self.chunk // 4)
+        if cut < 0:
+            cut = self._boundary(len(self.buf))
+        if cut < 0:
+            return None
+        try:
+            events = self.loads("[" + self.buf[self.pos : cut + 1] + "]")
+        except (ValueError, RecursionError):  # orjson.JSONDecodeError and json's are ValueErrors
+            self.slow_until = cut + 1
+            return None
+        self.pos = cut + len(_BOUNDARY)
+        return events
 
 
 # The top-level values kept beside the events when asked (iter_events' meta): small, and read by the roofline.
@@ -101,9 +191,14 @@ def iter_events(path: str, chunk: int = 1 << 20, meta: dict[str, Any] | None = N
 
     meta: where given, the top-level values named in META_KEYS are stored in it as the stream passes them,
     wherever they stand in the file; every other top-level value is skipped."""
+    return chain.from_iterable(_event_lists(path, chunk, meta))
+
+
+def _event_lists(path: str, chunk: int, meta: dict[str, Any] | None) -> Iterator[list[Any]]:
+    """iter_events' events, as the lists _Stream.array gives them."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with opener(path, "rb") as f:
             stream = _Stream(f, chunk)
             first = stream.char()
             if first == "[":

@@ -3,20 +3,73 @@
 A big trace has millions of complete events. The checks that need them sorted (Perfetto's nesting rule, the
 slices that cross on a thread, the events written twice) keep one fixed-width record per event here. Up to
 CHUNK records stay in memory; each full chunk is sorted and written to an unnamed temp file as a run (8 bytes
-a number). Reading merges at most FAN_IN runs at a time, each through a small buffer; more runs are first
+a number). Reading merges at most FAN_IN runs at a time, BUFFER records of each at a time; more runs are first
 merged into longer ones on the same file. Memory stays near CHUNK records plus FAN_IN buffers, whatever the
-trace's size; the disk holds the records about twice."""
+trace's size; the disk holds the records about twice.
 
-import heapq
+The sorting and merging run in C (sorted, list.sort on a few sorted pieces, array's bytes): Python touches a
+record only where it is added and where it is read.
+
+The temp file goes to $STEPLENS_SPILL_DIR where set, else to the system's temp folder (tempfile.gettempdir);
+where that folder is a RAM disk (tmpfs), a line on stderr says so once. The file has no name (removed as it is
+made), so it is gone once closed, or once the process ends however it ends. A write that fails or stops short (a
+full disk: ENOSPC) raises SpillError, a TraceError: one line, never a silently shorter result."""
+
 import os
+import sys
 import tempfile
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
-CHUNK = 1 << 12  # records sorted in memory at a time (a list of tuples: under 1 MB for 4k records of five numbers)
-FAN_IN = 16  # runs merged at once
-BUFFER = 1 << 10  # records read from a run at a time
+from steplens.trace.reader import TraceError
+
+CHUNK = 1 << 15  # records sorted in memory at a time (a list of tuples: about 4.5 MB for 32k records of three numbers)
+FAN_IN = 128  # runs merged at once (a 1 GB trace sorts about 115 runs of complete events: one merge)
+BUFFER = 1 << 9  # records read from a run at a time
+SPILL_DIR = "STEPLENS_SPILL_DIR"  # the environment variable that names the temp file's folder
+
+
+class SpillError(TraceError):
+    """The temp file could not be written whole (a full disk, a quota, an I/O error)."""
+
+
+def spill_dir() -> str:
+    """The folder the temp files go to: $STEPLENS_SPILL_DIR where set, else the system's temp folder."""
+    return os.environ.get(SPILL_DIR) or tempfile.gettempdir()
+
+
+def file_system(path: str) -> str | None:
+    """The type of the file system that holds path (/proc/mounts' longest mount point above it), or None."""
+    try:
+        with open("/proc/mounts") as f:
+            mounts = [line.split()[1:3] for line in f]
+    except OSError:
+        return None
+    path = os.path.realpath(path)
+    best = max((m for m in mounts if path == m[0] or path.startswith(m[0].rstrip("/") + "/")), key=len, default=None)
+    return best[1] if best else None
+
+
+_told: set[str] = set()  # the RAM-disk folders already named on stderr
+
+
+def _temp_file():
+    """The unnamed temp file of a spill, in spill_dir(); where that is a RAM disk, a line on stderr says so once."""
+    folder = spill_dir()
+    if folder not in _told and file_system(folder) == "tmpfs":
+        _told.add(folder)
+        print(
+            f"steplens: sorting through a temp file in {folder}, a RAM disk (tmpfs): it holds about 60 bytes per "
+            f"trace event in memory; set {SPILL_DIR} to a folder on disk for a trace larger than memory",
+            file=sys.stderr,
+        )
+    try:
+        return tempfile.TemporaryFile(prefix="steplens-spill-", dir=folder)
+    except OSError as e:
+        raise SpillError(f"cannot make the sort's temp file in {folder} ({SPILL_DIR}): {e.strerror}") from e
 
 
 class SortedRecords:
@@ -25,9 +78,11 @@ class SortedRecords:
     Records are tuples (plain numbers when width is 1) ordered as Python orders them; equal records come
     back in no particular order, so only what cannot tell them apart may be read from them."""
 
-    def __init__(self, typecode: str, width: int, chunk: int | None = None, fan_in: int = FAN_IN):
-        self.typecode, self.width, self.fan_in = typecode, width, fan_in
+    def __init__(self, typecode: str, width: int, chunk: int | None = None, fan_in: int | None = None):
+        self.typecode, self.width = typecode, width
+        self.fan_in = fan_in or FAN_IN
         self.chunk = chunk or CHUNK
+        self.limit = self.chunk * width  # numbers in the buffer when a chunk is full
         self.buf = array(typecode)
         self.file = None
         self.runs: list[tuple[int, int]] = []  # (byte offset, records) of each sorted run in the file
@@ -42,7 +97,14 @@ class SortedRecords:
         else:
             self.buf.extend(record)
         self.count += 1
-        if len(self.buf) >= self.chunk * self.width:
+        if len(self.buf) >= self.limit:
+            self._spill()
+
+    def extend(self, numbers: array, records: int) -> None:
+        """Add `records` records given flat, width numbers each (an array of the same typecode)."""
+        self.buf.extend(numbers)
+        self.count += records
+        if len(self.buf) >= self.limit:
             self._spill()
 
     def __len__(self) -> int:
@@ -57,42 +119,81 @@ class SortedRecords:
     def _spill(self) -> None:
         records = self._sorted_buffer()
         self.buf = array(self.typecode)
-        self._write_run(records, len(records))
+        self._write_run([records])
 
-    def _write_run(self, records, n) -> None:
-        if self.file is None:
-            self.file = tempfile.TemporaryFile(prefix="steplens-spill-")
-        start, out = self.end, array(self.typecode)
-        for record in records:
-            if self.width == 1:
-                out.append(record)
-            else:
-                out.extend(record)
-            if len(out) >= BUFFER * self.width:
-                self._write(out)
-                out = array(self.typecode)
-        self._write(out)
-        self.runs.append((start, n))
+    def _write_run(self, blocks) -> None:
+        """Write sorted blocks of records (lists) one after another as one run at the file's end."""
+        try:
+            if self.file is None:
+                self.file = _temp_file()
+            start, n = self.end, 0
+            for block in blocks:
+                n += len(block)
+                self._write(array(self.typecode, block if self.width == 1 else chain.from_iterable(block)))
+            self.runs.append((start, n))
+        except BaseException:
+            self.close()  # a failed write (or Ctrl-C) leaves no temp file behind
+            raise
 
     def _write(self, out: array) -> None:
-        data = out.tobytes()
-        os.pwrite(self.file.fileno(), data, self.end)
+        """Write every byte of out at the file's end, or raise SpillError: a short write is retried for the rest,
+        and a write that makes no progress is an error (never a silently shorter run)."""
+        data = memoryview(out.tobytes())
+        fd, done = self.file.fileno(), 0
+        while done < len(data):
+            try:
+                wrote = os.pwrite(fd, data[done:], self.end + done)
+            except OSError as e:
+                raise SpillError(
+                    f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): {e.strerror}"
+                ) from e
+            if wrote <= 0:
+                raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): no byte written")
+            done += wrote
         self.end += len(data)
         self.spilled_bytes += len(data)
 
-    def _run(self, offset: int, n: int) -> Iterator[Any]:
-        """One run's records, read BUFFER at a time."""
+    def _blocks(self, offset: int, n: int) -> Iterator[list]:
+        """One run's records as sorted lists, BUFFER records at a time."""
         size, w, fd = array(self.typecode).itemsize * self.width, self.width, self.file.fileno()
-        done = 0
+        step, done = max(1, BUFFER), 0
         while done < n:
-            k = min(BUFFER, n - done)
+            k = min(step, n - done)
+            data = os.pread(fd, k * size, offset + done * size)
+            if len(data) != k * size:
+                raise SpillError(f"the sort's temp file in {spill_dir()} was cut short while read")
             part = array(self.typecode)
-            part.frombytes(os.pread(fd, k * size, offset + done * size))
+            part.frombytes(data)
             done += k
-            if w == 1:
-                yield from part
-            else:
-                yield from zip(*(part[i::w] for i in range(w)))
+            yield part.tolist() if w == 1 else list(zip(*(part[i::w] for i in range(w))))
+
+    def _merged(self, runs: list[tuple[int, int]]) -> Iterator[list]:
+        """The records of several runs in sorted order, as sorted lists: each round takes, from every run's current
+        block, the records up to the smallest of the blocks' last records (no later record of any run is
+        smaller), and sorts them together, which for a few sorted pieces is a merge in C."""
+        heads = []
+        for run in runs:
+            blocks = self._blocks(*run)
+            first = next(blocks, None)
+            if first:
+                heads.append([first, blocks])
+        while heads:
+            bound = min(h[0][-1] for h in heads)
+            out, pieces = [], 0
+            for h in heads:
+                block = h[0]
+                k = bisect_right(block, bound)
+                if k == len(block):
+                    out += block
+                    h[0] = next(h[1], None)
+                elif k:
+                    out += block[:k]
+                    h[0] = block[k:]
+                pieces += k > 0
+            heads = [h for h in heads if h[0]]
+            if pieces > 1:  # one piece is sorted already
+                out.sort()
+            yield out
 
     def __iter__(self) -> Iterator[Any]:
         """Every record, sorted. Read once: the records are released (and the temp file closed) as they go."""
@@ -100,19 +201,25 @@ class SortedRecords:
 
     def read(self, keep: bool = False) -> Iterator[Any]:
         """Every record, sorted; keep: the records stay to be read again (the temp file stays open)."""
+        return chain.from_iterable(self.blocks(keep))
+
+    def blocks(self, keep: bool = False) -> Iterator[list]:
+        """Every record, sorted, as consecutive lists (of a few hundred records or more): for a reader that
+        checks a whole list at once in C before it looks at its records one by one."""
         if self.file is None:
             records = self._sorted_buffer()
             if not keep:
                 self.buf = array(self.typecode)
-            yield from records
+            if records:
+                yield records
             return
-        if self.buf:
-            self._spill()
-        while len(self.runs) > self.fan_in:  # merge the oldest runs into one longer run at the file's end
-            group, self.runs = self.runs[: self.fan_in], self.runs[self.fan_in :]
-            self._write_run(heapq.merge(*(self._run(*r) for r in group)), sum(n for _, n in group))
         try:
-            yield from heapq.merge(*(self._run(*r) for r in self.runs))
+            if self.buf:
+                self._spill()
+            while len(self.runs) > self.fan_in:  # merge the oldest runs into one longer run at the file's end
+                group, self.runs = self.runs[: self.fan_in], self.runs[self.fan_in :]
+                self._write_run(self._merged(group))
+            yield from self._merged(self.runs)
         finally:
             if not keep:
                 self.close()
@@ -128,10 +235,14 @@ def median(values: SortedRecords) -> float | None:
     n = len(values)
     if not n:
         return None
-    want, prev = n // 2, None
-    for i, v in enumerate(values):
-        if i == want:
+    want, prev, seen = n // 2, None, 0
+    for block in values.blocks():
+        if seen + len(block) > want:
+            i = want - seen
+            v = block[i]
+            before = block[i - 1] if i else prev
             values.close()
-            return v if n % 2 else (prev + v) / 2
-        prev = v
+            return v if n % 2 else (before + v) / 2
+        seen += len(block)
+        prev = block[-1]
     raise AssertionError("fewer records than were added")

@@ -2,6 +2,7 @@
 
 import bisect
 import math
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -151,16 +152,21 @@ def extract(
     t = Trace()
     names = {}  # one string object per distinct name
     scopes = set(KNOWN)  # every phase's scopes (steplens/scopes.py); other annotations go to named
-    # the memory events are instant events, which damage.readable skips: memory.tap keeps them on the way
-    for index, ev, s, dur in damage.readable(memory.tap(events, t.memory), t.damage, skip, keys):
+    complete, threads, first, last = t.complete, t.threads, None, None  # first, last: the CPU slices' span
+    # the memory events are instant events, which damage.readable passes to memory's take
+    for index, ev, s, dur in damage.readable(events, t.damage, skip, keys, t.memory.take):
         e = s + dur
-        t.complete.add_event(ev)
+        track = (ev.get("pid"), ev.get("tid"))
+        complete.add_readable(track, ev)
         if tap is not None:
             tap(ev, s, dur)
         cat = ev.get("cat", "")
         if cat in CPU_SLICE_CATS:
-            t.threads.add((ev.get("pid"), ev.get("tid")), s, e)
-            t.cpu_span = (min(t.cpu_span[0], s), max(t.cpu_span[1], e)) if t.cpu_span else (s, e)
+            threads.add(track, s, e)
+            if first is None:
+                first, last = s, e
+            else:
+                first, last = s if s < first else first, e if e > last else last
             if cat == "cpu_op" and ev.get("name") in SYNC_OPS:
                 t.sync_ops.append((ev["name"], s, e, ev.get("tid")))
             if cat == "python_function" or cat == "cpu_op":
@@ -204,6 +210,7 @@ def extract(
             t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
         elif cat == CAPTURE_CAT:
             t.captures.append((s, e))
+    t.cpu_span = (first, last) if first is not None else None
     t.steps.sort()
     soundness.check_steps(t)
     step_damage(t)
@@ -226,10 +233,22 @@ def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None
     a second pass starts afresh."""
     keys = spill.SortedRecords("q", 1)  # each event's fingerprint: sorted on disk past a chunk
     t = extract(open_events(), keys=keys, tap=tap() if tap else None)
-    twice = damage.repeated(keys)
+    twice = repeated(keys)
     if twice:
         t = extract(open_events(), skip=damage.Skip(twice), tap=tap() if tap else None)
     return t
+
+
+def repeated(keys: spill.SortedRecords) -> array:
+    """damage.repeated of the keys, read once where none repeats (as in a sound trace): each sorted block is
+    looked at whole in C first (a set as long as the block, its first key not its predecessor's last)."""
+    last = None
+    for block in keys.blocks(keep=True):
+        if block[0] == last or len(set(block)) < len(block):
+            return damage.repeated(keys)  # read again, key by key
+        last = block[-1]
+    keys.close()
+    return array("q")
 
 
 def step_damage(t: Trace) -> None:

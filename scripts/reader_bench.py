@@ -1,0 +1,205 @@
+"""How fast steplens reads a big trace, against the fastest bare parse of the same file, and how much memory it holds.
+
+    python scripts/reader_bench.py FOLDER                    # 291 MB and 1.07 GB traces, 3 rounds
+    python scripts/reader_bench.py FOLDER --copies 6 --rounds 1
+
+FOLDER receives the scaled traces (scripts/scale_trace.py: copies of a workers=0 full trace, made once and kept),
+a second name of each (for diff) and a folder of two ranks of each (for ranks). First every bare parser at hand
+reads the smallest trace once, each in a fresh process: the fastest is the parse the others are measured against.
+Then, round after round, each trace is read by that parse, `steplens summarize`, `steplens diff` of the trace and
+its second name, and `steplens ranks` of its two ranks, one after another (alternating, so that other work on a
+shared machine falls on all of them alike), each in a fresh process: its wall time, CPU time and peak memory
+(os.wait4's ru_maxrss). The table gives each one's median over the rounds, and the median of its per-round ratio
+to the parse's wall time."""
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command alone
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(
+    ROOT,
+    "results/h200-reprofile/eager/runs/cd71033606ba42f6b997804deb9ae741/outputs/traces/trace-cycle2-steps7-9.pt.trace.json.gz",
+)
+PARSERS = ("orjson", "json", "ijson", "simdjson", "raw_decode")
+RUN = 1 << 18  # characters of whole events parsed at once by the chunked parsers
+_NEXT = re.compile(r"[ \t\n\r]*\{")
+_SEP = re.compile(r"[ \t\n\r]*,?[ \t\n\r]*")
+
+
+def event_texts(path):
+    """The text of traceEvents' elements, in runs of whole events ('},' that a '{' follows: an event's end)."""
+    import codecs
+
+    decode = codecs.getincrementaldecoder("utf-8")().decode
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+        buf = decode(f.read(1 << 20))
+        buf = buf[buf.index("[", buf.index('"traceEvents"')) + 1 :]
+        while True:
+            data = f.read(1 << 20)
+            buf += decode(data, final=not data)
+            pos = 0
+            while True:
+                end = pos + RUN
+                while True:
+                    cut = buf.rfind("},", pos, end)
+                    if cut < 0 or _NEXT.match(buf, cut + 2):
+                        break
+                    end = cut + 1
+                if cut < 0:
+                    break
+                yield buf[pos : cut + 1]
+                pos = cut + 2
+            buf = buf[pos:]
+            if not data:
+                break
+        yield buf[: buf.rindex("]")]
+
+
+def parse(name, path):
+    """How many events the parser `name` finds in the trace, each made a Python object and dropped."""
+    if name in ("orjson", "json", "simdjson"):
+        if name == "orjson":
+            import orjson
+
+            loads = orjson.loads
+        elif name == "simdjson":
+            import simdjson
+
+            parser = simdjson.Parser()
+            loads = lambda text: parser.parse(text.encode()).as_list()  # noqa: E731
+        else:
+            loads = json.loads
+        return sum(len(loads("[" + text + "]")) for text in event_texts(path))
+    if name == "ijson":
+        import ijson
+
+        with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+            return sum(1 for _ in ijson.items(f, "traceEvents.item", use_float=True))
+    if name == "raw_decode":  # one json.raw_decode per event, as steplens read before
+        decode, n = json.JSONDecoder().raw_decode, 0
+        for text in event_texts(path):
+            pos = _SEP.match(text).end()
+            while pos < len(text):
+                _, pos = decode(text, pos)
+                pos = _SEP.match(text, pos).end()
+                n += 1
+        return n
+    raise SystemExit(f"reader_bench.py: error: no parser {name!r}")
+
+
+def measure(cmd):
+    """(wall s, CPU s, peak RSS MB) of a command in a fresh process, started by /usr/bin/time: a child forked
+    from this process would count this process's own memory in its peak (Linux keeps the high-water mark
+    across exec)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    start = time.perf_counter()
+    proc = subprocess.run([TIME, "-f", "%M %U %S", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    wall = time.perf_counter() - start
+    err = proc.stderr.decode().strip().splitlines()
+    if proc.returncode:
+        raise SystemExit(f"reader_bench.py: error: {' '.join(cmd)} exited {proc.returncode}: {err[-3:]}")
+    kb, user, system = err[-1].split()
+    return wall, float(user) + float(system), int(kb) / 1024
+
+
+def prepare(folder, copies, source):
+    """The scaled trace (made once), its second name, and its two-rank folder."""
+    trace = os.path.join(folder, f"w0-x{copies}.pt.trace.json.gz")
+    if not os.path.exists(trace):
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "scale_trace.py"), source, trace,
+                        "--copies", str(copies)], check=True)  # fmt: skip
+    second = os.path.join(folder, f"w0-x{copies}-b.pt.trace.json.gz")
+    ranks = os.path.join(folder, f"ranks-x{copies}")
+    for link in (second, *(os.path.join(ranks, f"rank{r}", "t.pt.trace.json.gz") for r in (0, 1))):
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if not os.path.exists(link):
+            os.link(trace, link)
+    with gzip.open(trace, "rb") as f:
+        json_bytes = sum(len(b) for b in iter(lambda: f.read(1 << 24), b""))
+    return {"trace": trace, "second": second, "ranks": ranks, "json_bytes": json_bytes}
+
+
+def commands(sizes, parser):
+    py, me = sys.executable, os.path.abspath(__file__)
+    for copies, p in sizes.items():
+        yield copies, "parse", [py, me, "--parse", parser, p["trace"]]
+        yield copies, "summarize", [py, "-m", "steplens", "summarize", "--json", p["trace"]]
+        yield copies, "diff", [py, "-m", "steplens", "diff", "--json", p["trace"], p["second"]]
+        yield copies, "ranks", [py, "-m", "steplens", "ranks", "--json", p["ranks"]]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="reader_bench.py", description=__doc__.split("\n")[0])
+    p.add_argument("folder", nargs="?", help="where the scaled traces are made and kept")
+    p.add_argument("--copies", type=int, nargs="+", default=[6, 22], help="scaled traces' copies (default: 6 22)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every command (default: 3)")
+    p.add_argument("--source", default=SOURCE, help="the trace to scale (default: the workers=0 full H200 trace)")
+    p.add_argument("--parse", nargs=2, metavar=("PARSER", "TRACE"), help=argparse.SUPPRESS)  # a child's task
+    args = p.parse_args(argv)
+    if args.parse:
+        print(parse(*args.parse))
+        return 0
+    if not args.folder:
+        p.error("a folder for the scaled traces is needed")
+    if not os.access(TIME, os.X_OK):
+        p.error(f"{TIME} (GNU time) is needed to measure each command's peak memory: apt-get install time")
+    if args.rounds < 1 or min(args.copies) < 1:
+        p.error("--rounds and --copies must be at least 1")
+    os.makedirs(args.folder, exist_ok=True)
+    sizes = {c: prepare(args.folder, c, args.source) for c in sorted(args.copies)}
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()}: {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+    )
+    for c, s in sizes.items():
+        print(
+            f"# x{c}: {s['trace']}, {s['json_bytes'] / 1e6:.0f} MB of JSON, {os.path.getsize(s['trace']) / 1e6:.0f} MB"
+        )
+    # 1) the bare parsers, once each on the smallest trace: the fastest is the reference
+    smallest = sizes[min(sizes)]["trace"]
+    parsers = {}
+    for name in PARSERS:
+        try:
+            wall, cpu, rss = measure([sys.executable, os.path.abspath(__file__), "--parse", name, smallest])
+        except SystemExit as e:
+            print(f"# parser {name}: not measured ({e})")
+            continue
+        parsers[name] = wall
+        print(f"parser {name:<10} x{min(sizes)}  wall {wall:6.2f} s  cpu {cpu:6.2f} s  peak {rss:5.0f} MB")
+    fastest = min(parsers, key=parsers.get)
+    print(f"# the fastest bare parse: {fastest}")
+    # 2) the rounds, every command in turn
+    rows = {}
+    for r in range(1, args.rounds + 1):
+        for copies, task, cmd in commands(sizes, fastest):
+            wall, cpu, rss = measure(cmd)
+            rows.setdefault((copies, task), []).append((wall, cpu, rss))
+            print(
+                f"round {r} x{copies:<3} {task:<10} wall {wall:7.2f} s  cpu {cpu:7.2f} s  peak {rss:6.1f} MB",
+                flush=True,
+            )
+    print("\n| trace | command | wall s (median) | CPU s | peak RSS MB (max) | wall / parse (median of rounds) |")
+    print("|---|---|---|---|---|---|")
+    for (copies, task), got in rows.items():
+        parse_walls = [w for w, _, _ in rows[(copies, "parse")]]
+        ratios = [w / pw for (w, _, _), pw in zip(got, parse_walls)]
+        mb = sizes[copies]["json_bytes"] / 1e6
+        print(
+            f"| {mb:.0f} MB | {task} | {statistics.median(w for w, _, _ in got):.1f} | "
+            f"{statistics.median(c for _, c, _ in got):.1f} | {max(m for _, _, m in got):.0f} | "
+            f"{statistics.median(ratios):.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

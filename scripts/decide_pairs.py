@@ -12,9 +12,9 @@ import sys
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT_DIR)
 
-from steplens.evidence.diff import DiffError, read_side  # noqa: E402
 from steplens.project import decide  # noqa: E402
 from steplens.project.comparison import compare_records  # noqa: E402
+from steplens.project.diff import DiffError, read_side  # noqa: E402
 from steplens.project.runs import CompareError, gather_offline  # noqa: E402
 from steplens.trace.reader import TraceError  # noqa: E402
 

@@ -24,7 +24,7 @@ COMMANDS = {
     "picture": ("steplens.evidence.picture", "draw one profiled cycle to scale (needs matplotlib)"),
     "roofline": ("steplens.evidence.roofline", "each kernel class's work and rate against the GPU's peaks"),
     "snapshot": ("steplens.evidence.snapshot", "a CUDA memory snapshot's peak, its blocks by allocating line"),
-    "diff": ("steplens.evidence.diff", "what a change did to the step, from two traces or profile runs"),
+    "diff": ("steplens.project.diff", "what a change did to the step, from two traces or profile runs"),
     "decide": (
         "steplens.project.decide",
         "which of the tutorial's three outcomes a change had (traces and bench runs)",

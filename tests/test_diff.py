@@ -7,8 +7,7 @@ import os
 import pytest
 from test_delays import LOADER, Loop
 
-from steplens.evidence import diff
-from steplens.project import decide
+from steplens.project import decide, diff
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

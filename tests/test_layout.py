@@ -25,10 +25,12 @@ LAYERS = {
         "steplens.trace.reader",
         "steplens.trace.spill",
         "steplens.trace.columns",
+        "steplens.trace.calls",
         "steplens.trace.damage",
         "steplens.trace.kernels",
         "steplens.trace.nesting",
         "steplens.trace.memory",
+        "steplens.trace.soundness",
         "steplens.trace.timeline",
     ],
     "steplens.evidence": [
@@ -45,11 +47,11 @@ LAYERS = {
         "steplens.evidence.distortion",
         "steplens.evidence.cycle_evidence",
         "steplens.evidence.ranks",
-        "steplens.evidence.diff",
     ],
     # What reads a project's runs stands above what reads one trace: the evidence never imports it.
     "steplens.project": [
         "steplens.project.runs",
+        "steplens.project.diff",
         "steplens.project.comparison",
         "steplens.project.compare",
         "steplens.project.report",

@@ -20,9 +20,9 @@ import sys
 from typing import Any
 
 from steplens.atomic import write_atomic
-from steplens.evidence.diff import DiffError, read_sides
 from steplens.polyaxonenv import asked, is_managed, managed_identity, tell
 from steplens.project.comparison import compare_records
+from steplens.project.diff import DiffError, read_sides
 from steplens.project.runs import CompareError, gather_offline, gather_polyaxon
 from steplens.stats import ALPHA, sign_test_p
 from steplens.trace.reader import TraceError

@@ -4,16 +4,17 @@ Each check counts one kind of damage in t.damage (steplens/trace/damage.py says 
 done); docs/EVIDENCE.md#damaged-traces gives the rules."""
 
 import bisect
+from typing import Any
 
-from steplens.trace import columns, timeline
+from steplens.trace import calls, columns
 
 
-def check_steps(t: "timeline.Trace") -> None:
+def check_steps(t: Any) -> None:
     """The checks that change which steps are read: before timeline.step_damage and coverage_damage read them."""
     steps_in_ns(t)
 
 
-def check(t: "timeline.Trace") -> None:
+def check(t: Any) -> None:
     """Every other check below, on a timeline just read."""
     several_captures(t)
     no_correlation(t)
@@ -26,7 +27,7 @@ def check(t: "timeline.Trace") -> None:
 MERGED = ("several_captures", "several_processes")
 
 
-def several_captures(t: "timeline.Trace") -> None:
+def several_captures(t: Any) -> None:
     """One file, one capture: the profiler writes one capture span, and its CPU events come from one process
     (DataLoader workers never appear: docs/EVIDENCE.md). A second span, or CPU events of a second process, is a
     second capture merged in."""
@@ -37,7 +38,7 @@ def several_captures(t: "timeline.Trace") -> None:
         t.damage.add("several_processes", {"pid": pid, "first_pid": pids[0]}, True)
 
 
-def no_correlation(t: "timeline.Trace") -> None:
+def no_correlation(t: Any) -> None:
     """GPU events without a correlation id: the profiler writes one on each, the id of its launch. The clock then
     places them (attribution.attribute). Where launches are left without a GPU record, the ids would have matched
     them, and those launches would read as dropped by the profiler: the events touch the figures there."""
@@ -45,14 +46,14 @@ def no_correlation(t: "timeline.Trace") -> None:
     if not missing:
         return
     ids = columns.CorrIndex((corr, i) for i, corr in enumerate(t.gpu.corr))
-    work = timeline.WORK_CALLS - timeline.MEMSET_CALLS
+    work = calls.WORK_CALLS - calls.MEMSET_CALLS
     unmatched = any(name in work and corr not in ids for name, _, _, corr in t.runtime)
     for i in missing:
         ev = {"name": t.gpu.name(i), "ts": t.gpu.start[i], "dur": t.gpu.end[i] - t.gpu.start[i]}
         t.damage.add("no_correlation", ev, unmatched)
 
 
-def gpu_stops_early(t: "timeline.Trace") -> None:
+def gpu_stops_early(t: Any) -> None:
     """Kernel launches that start after the GPU's last event ends, with no GPU record: the GPU's events stop
     before the launches do. A kernel runs after its launch starts, so a sound trace has none. Launch calls are
     recorded by the same GPU tracer (CUPTI, roctracer) as the GPU's events: a trace with them had the GPU traced,
@@ -60,12 +61,12 @@ def gpu_stops_early(t: "timeline.Trace") -> None:
     last_gpu = max(t.gpu.end, default=float("-inf"))
     ids = columns.CorrIndex((corr, i) for i, corr in enumerate(t.gpu.corr))
     for name, s, e, corr in t.runtime:
-        if name in timeline.LAUNCH_CALLS and s > last_gpu and corr not in ids:
+        if name in calls.LAUNCH_CALLS and s > last_gpu and corr not in ids:
             ev = {"name": name, "ts": s, "dur": e - s, "correlation": corr, "last_gpu_event_end": last_gpu}
             t.damage.add("gpu_stops_early", ev, True)
 
 
-def window_past_capture(t: "timeline.Trace") -> None:
+def window_past_capture(t: Any) -> None:
     """A trace without steps is read as one window, the span of its CPU events: every one of them must lie inside
     the profiler's capture, as steps must (timeline.coverage_damage checks the GPU's events). A CPU event past it
     (a cpu_op 10^9 us long) would stretch the window and thin every share. Without a capture span nothing bounds
@@ -73,7 +74,7 @@ def window_past_capture(t: "timeline.Trace") -> None:
     if t.steps or not t.captures or t.cpu_span is None:
         return
     s, e = t.cpu_span
-    slack = timeline.STEP_SLACK_US
+    slack = calls.STEP_SLACK_US
     if not any(a - slack <= s and e <= b + slack for a, b in t.captures):
         ev = {"name": "the window", "ts": s, "dur": e - s, "captures": sorted(t.captures)}
         t.damage.add("window_past_capture", ev, True)
@@ -83,7 +84,7 @@ NS_RATIO = (300, 3000)  # a step this many times its siblings' median length: 10
 NS_CONTENT = 10  # ...while what starts in it ends within this many median steps: its own events are in µs
 
 
-def steps_in_ns(t: "timeline.Trace") -> None:
+def steps_in_ns(t: Any) -> None:
     """A step about 1000 times as long as its siblings' median, whose own events (scopes, annotations, launch calls
     that start in it, up to the next step) end within a few median steps: its length was written in ns. Its length
     is unknown, so the step is left out of the steps; its events then read as outside every step."""
@@ -108,14 +109,14 @@ def steps_in_ns(t: "timeline.Trace") -> None:
     t.steps = [step for i, step in enumerate(t.steps) if i not in lost]
 
 
-def _content(t: "timeline.Trace"):
+def _content(t: Any):
     """(start, end) of the CPU-side events the timeline keeps: scopes, other annotations, launch calls."""
     for slices in (*t.scopes.values(), *t.named.values(), t.loader):
         yield from slices
     yield from zip(t.runtime.start, t.runtime.end)
 
 
-def repeated_gpu_records(t: "timeline.Trace") -> None:
+def repeated_gpu_records(t: Any) -> None:
     """GPU events that share one launch's correlation id, where that launch is no graph launch: a kernel launch, a
     copy or a memset puts one record on the GPU, so the second is a copy (with a shifted start, else the reader
     removed it as a duplicate). A graph launch's id is on every kernel of its graph."""
@@ -130,7 +131,7 @@ def repeated_gpu_records(t: "timeline.Trace") -> None:
         return
     launches = {corr: name for name, _, _, corr in t.runtime if corr in repeated}
     for corr, extra in repeated.items():
-        if corr not in launches or launches[corr] in timeline.GRAPH_LAUNCH_CALLS:
+        if corr not in launches or launches[corr] in calls.GRAPH_LAUNCH_CALLS:
             continue  # launched before the trace (a graph's, maybe), or a graph launch
         for i in extra:
             ev = {

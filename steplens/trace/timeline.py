@@ -9,100 +9,21 @@ from typing import Any
 
 from steplens.scopes import KNOWN
 from steplens.trace import columns, damage, memory, nesting, soundness, spill
+from steplens.trace.calls import (  # noqa: F401 (read as timeline.NAME by the evidence)
+    BLOCKING_COPY_CALLS,
+    CAPTURE_CAT,
+    COPY_CALLS,
+    CPU_SLICE_CATS,
+    GPU_CATS,
+    GRAPH_LAUNCH_CALLS,
+    LAUNCH_CALLS,
+    MEMSET_CALLS,
+    STEP_SLACK_US,
+    SYNC_CALLS,
+    SYNC_OPS,
+    WORK_CALLS,
+)
 from steplens.trace.intervals import total, union
-
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-CAPTURE_CAT = "Trace"  # the profiler's span of its capture, "PyTorch Profiler (0)"
-
-
-CPU_SLICE_CATS = ("user_annotation", "cpu_op", "python_function", "cuda_runtime", "cuda_driver")
-
-
-LAUNCH_CALLS = {
-    "cudaLaunchKernel",
-    "cudaLaunchKernelExC",
-    "cuLaunchKernel",
-    "cuLaunchKernelEx",
-    "cudaLaunchCooperativeKernel",
-    "cudaGraphLaunch",
-    "cuGraphLaunch",
-    # ROCm: torch.profiler writes the HIP runtime's names in the same categories
-    "hipLaunchKernel",
-    "hipExtLaunchKernel",
-    "hipModuleLaunchKernel",
-    "hipExtModuleLaunchKernel",
-    "hipLaunchCooperativeKernel",
-    "hipGraphLaunch",
-}
-
-
-# The runtime calls that put work on the GPU: each one's correlation id should reappear on a GPU event.
-WORK_CALLS = LAUNCH_CALLS | {
-    "cudaMemcpyAsync",
-    "cudaMemsetAsync",
-    "cudaMemcpy",
-    "cudaMemset",
-    "cudaMemcpy2DAsync",
-    "cuMemcpyAsync",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoDAsync_v2",
-    "cuMemsetD8Async",
-    "cuMemsetD32Async",
-    "hipMemcpyAsync",
-    "hipMemcpyWithStream",
-    "hipMemcpy",
-    "hipMemsetAsync",
-    "hipMemset",
-    "hipMemcpy2DAsync",
-}
-
-
-# The work calls that copy memory (their GPU record says the direction) and those that set it.
-COPY_CALLS = {n for n in WORK_CALLS if "Memcpy" in n}
-MEMSET_CALLS = {n for n in WORK_CALLS if "Memset" in n}
-
-
-GRAPH_LAUNCH_CALLS = {"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"}
-
-
-SYNC_CALLS = {
-    "cudaStreamSynchronize",
-    "cudaDeviceSynchronize",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-    "cuStreamSynchronize",
-    "cuCtxSynchronize",
-    "cuEventSynchronize",
-    "cuMemcpyDtoH_v2",
-    "cuMemcpyHtoD_v2",
-    "hipStreamSynchronize",
-    "hipDeviceSynchronize",
-    "hipEventSynchronize",
-    "hipMemcpy",
-}
-
-
-# Copies that block the host until they are done, whatever their direction: a device-to-host one is a sync (ROCm's
-# .item() is a hipMemcpyWithStream, with no hipStreamSynchronize after it); a host-to-device one, a copy.
-BLOCKING_COPY_CALLS = {"cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2"}
-
-
-# The CPU operators that wait for the GPU to hand a value to the host: named as a sync's origin.
-SYNC_OPS = {
-    "aten::item",
-    "aten::_local_scalar_dense",
-    "aten::is_nonzero",
-    "aten::nonzero",
-    "aten::equal",
-    "aten::masked_select",
-    "aten::unique",
-    "aten::_unique2",
-    "aten::tolist",
-    "aten::allclose",
-    "aten::any",
-    "aten::all",
-}
 
 
 class Trace:
@@ -312,9 +233,6 @@ PROFILER_ARG = "Ev Idx"  # torch.profiler's number of each CPU event, on every s
 CUT_SHARE = 0.25  # launch calls that stop this share of a median step before the last step ends: the end was lost
 THIN_SHARE = 0.5  # a step with under this share of its busiest sibling's kernel launches lost some, or did other work
 THIN_MIN_CALLS = 20  # ...where that sibling has this many: a few calls more or less are no pattern
-
-
-STEP_SLACK_US = 1e-3  # exported timestamps are rounded to ns: a step may end a hair after the next one starts
 
 
 def _bytes(value: Any) -> float:

@@ -225,6 +225,13 @@ def test_readme_stays_a_short_how_to():
     assert size <= 16000, f"README.md is {size} bytes: move reference material into docs/ (limit 16000)"
 
 
+@pytest.mark.parametrize("page, limit", [("EVIDENCE.md", 30000), ("RESULTS.md", 25000)])
+def test_the_long_docs_stay_readable_in_one_sitting(page, limit):
+    """The definitions and the studies stay short enough to finish: a new subject gets its own page."""
+    size = os.path.getsize(os.path.join(ROOT, "docs", page))
+    assert size < limit, f"docs/{page} is {size} bytes (limit {limit}): give the new subject a page of its own"
+
+
 @pytest.mark.parametrize("page", markdown_pages(), ids=lambda p: os.path.relpath(p, ROOT))
 def test_relative_links_resolve(page):
     """Every relative link in README.md and docs/*.md points at a file that exists, and at a heading it has."""

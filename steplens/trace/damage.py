@@ -2,7 +2,7 @@
 
 A trace the profiler wrote has none of these. Traces that were edited, concatenated, cut or converted do. The
 reader skips what it cannot read and removes exact duplicates; the evidence says so in one line per kind, and
-withholds the verdict where the damage touches what the verdict reads (docs/EVIDENCE.md#damaged-traces)."""
+withholds the verdict where the damage touches what the verdict reads (docs/DAMAGE.md)."""
 
 import bisect
 import json

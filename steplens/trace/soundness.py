@@ -1,7 +1,7 @@
 """What a sound capture holds, checked after the read: passes over the timeline's columns, never per event.
 
 Each check counts one kind of damage in t.damage (steplens/trace/damage.py says what each kind is and what was
-done); docs/EVIDENCE.md#damaged-traces gives the rules."""
+done); docs/DAMAGE.md gives the rules."""
 
 import bisect
 from typing import Any

@@ -186,7 +186,7 @@ def step_damage(t: Trace) -> None:
 
 def coverage_damage(t: Trace) -> None:
     """What a sound capture holds, checked: steps and GPU events inside the capture, launch calls up to its end,
-    and steps whose launch calls number alike (docs/EVIDENCE.md#damaged-traces)."""
+    and steps whose launch calls number alike (docs/DAMAGE.md)."""
     spans = sorted(t.captures)
     if t.exported and t.steps and not spans:
         num, s, e = max(t.steps, key=lambda step: step[2])

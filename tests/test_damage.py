@@ -419,6 +419,9 @@ def test_a_step_1000_times_its_siblings_with_events_in_us_is_left_out_as_a_lengt
     unbounded = [ev for ev in events if ev["cat"] != "Trace"] + [long_save]  # no capture span to end it
     t = timeline.read(lambda: unbounded)
     assert not t.damage.counts and len(t.steps) == 3, "a long step whose own events fill it is a long step"
+    stall = [dict(ev, dur=ev["dur"] + 100_000.0) if ev["cat"] == "Trace" else ev for ev in events]
+    t = timeline.read(lambda: stall)  # the capture goes on past the long last step: the host stalled in it
+    assert not t.damage.counts and len(t.steps) == 3, "a last step that ends inside the capture is a long step"
 
 
 def test_a_kernel_recorded_twice_under_one_launch_is_counted_but_a_graph_s_kernels_are_not():

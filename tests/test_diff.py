@@ -302,3 +302,14 @@ def test_decide_inside_a_polyaxon_run_writes_the_decision_into_its_readme(server
     assert {"decision-markdown", "decision-json"} <= names, (names, proc.stderr)
     with open(os.path.join(server_study.store, run.uuid, "outputs", "decision.json")) as f:
         assert json.load(f)["sentence"] == out["sentence"]
+
+
+def test_decide_names_its_own_flag_when_the_before_label_is_no_group(tmp_path, capsys):
+    """The label is checked against the bench groups before any trace is read, and the error says --before."""
+    from steplens.project import decide
+
+    missing = str(tmp_path / "none")
+    assert decide.main([missing, missing, "--offline", WARMUP, "--before", "batch_size=3", "--after", "x"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("steplens decide: error: --before 'batch_size=3' is none of the groups"), err
+    assert "\n" not in err

@@ -469,3 +469,16 @@ def test_memory_grows_by_what_each_rank_keeps_not_by_its_trace(tmp_path):
         tracemalloc.stop()
     assert 0 < per_rank < peak_one / 20, f"a rank keeps {per_rank:.0f} bytes of a {peak_one}-byte reading"
     assert held[-1] - held[0] <= 2 * 3 * per_rank + 16384, (held, per_rank)
+
+
+def test_a_step_whose_length_was_written_in_ns_is_left_out_of_the_ranks_spread(tmp_path):
+    """Rank 1's step 3 is 1000 times as long as its siblings with its events still in us: summarize leaves it out
+    (step_in_ns), and so do the ranks' aligned steps, rather than count a 1000-fold step as the slowest."""
+    events = gpu_rank(0, 650, (850, 50), (660, 180), steps=(1, 2, 3, 4))
+    for ev in events:
+        if ev["name"] == "ProfilerStep#3":
+            ev["dur"] *= 1000
+    a = write(str(tmp_path / "a.json"), gpu_rank(0, 50, (100, 800), (60, 40), steps=(1, 2, 3, 4)), rank=0)
+    b = write(str(tmp_path / "b.json"), events, rank=1)
+    result = ranks.across([ranks.rank_figures([a]), ranks.rank_figures([b])])
+    assert 3 not in result["steps_aligned"] and result["steps_missing"] == {"1": [3]}, result["steps_missing"]

@@ -249,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
             records, _ = gather_offline(args.offline)
         else:
             records, _ = gather_polyaxon(args.project)
-        result = compare_records(records, baseline=args.before_group)
+        try:
+            result = compare_records(records, baseline=args.before_group)
+        except CompareError as e:  # compare's own flag is --baseline; here the same label is --before
+            raise CompareError(str(e).replace("--baseline ", "--before ", 1)) from e
         _, row = group_row(result, args.after_group)
         group_row(result, args.before_group)
         sides = read_sides([args.before, args.after], args.project, args.input_scope)

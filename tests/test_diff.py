@@ -85,6 +85,7 @@ def test_diff_of_two_loops_names_the_delay_that_shrank_and_where_the_step_went(t
     )
     text = diff.format_diff(d)
     assert "verdict before: The GPU idles" in text and "verdict after:  GPU compute holds the step" in text
+    assert "host: n/a (no CPU use or host memory beside these traces" in text, "no .evidence.json beside them"
 
 
 def test_diff_refuses_a_missing_side_in_one_line(tmp_path, capsys):

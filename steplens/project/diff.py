@@ -386,8 +386,14 @@ def format_diff(d: dict[str, Any]) -> str:
             f"{_ms(ha['shm_peak_mb'])} MB"
         )
     else:
-        lines.append("host: n/a (CPU use and host memory are recorded beside profile mode's traces only)")
-    lines.append("note: both traces carry the profiler's own cost; time the change without it (steplens compare)")
+        lines.append(
+            "host: n/a (no CPU use or host memory beside these traces: train.py's profile mode writes them in each "
+            "trace's .evidence.json; other tools' traces and runs recorded before it did lack them)"
+        )
+    lines.append(
+        "note: both traces carry the profiler's own cost; time the change without it (bench runs: steplens compare; "
+        "the outcome: steplens decide)"
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,8 @@ import statistics
 import sys
 import warnings
 
-from steplens.evidence import ranks, summarize
+from steplens.evidence import summarize
+from steplens.project import ranks
 from steplens.trace import kernels, reader, timeline
 
 MEMORY_CALLS = {"cudaMemcpyAsync", "cudaMemsetAsync"}

@@ -34,7 +34,7 @@ CYCLES = ("trace-cycle1-steps2-4.pt.trace.json.gz", "trace-cycle2-steps7-9.pt.tr
 
 # Run in a fresh process: the command's own main, its peak memory and its time, as one JSON line.
 CHILD = """
-from steplens.evidence import ranks
+from steplens.project import ranks
 
 start_mb = status_mb("VmRSS")
 t0, c0 = time.perf_counter(), time.process_time()

@@ -30,7 +30,7 @@ COMMANDS = {
         "which of the tutorial's three outcomes a change had (traces and bench runs)",
     ),
     "compare": ("steplens.project.compare", "paired comparison of repeated bench runs"),
-    "ranks": ("steplens.evidence.ranks", "the evidence across the ranks of a DDP run"),
+    "ranks": ("steplens.project.ranks", "the evidence across the ranks of a DDP run"),
     "report": ("steplens.project.report", "what a set of offline runs measured"),
     "viewer": ("steplens.viewer", "Polyaxon's UI over offline runs, on 127.0.0.1 (needs haupt)"),
 }

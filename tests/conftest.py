@@ -126,9 +126,10 @@ def bench_run(tmp_path_factory):
     )
 
 
-# Rank 1 sleeps this long in every input/next_batch: far beyond the step-to-step noise of a busy 2-CPU machine,
-# which steplens ranks's sign test needs in all six aligned steps before it names a straggler.
-SLOW_MS = 1000
+# Rank 1 sleeps this long in every input/next_batch: ten times the largest systematic gap seen between two ranks on a
+# busy 2-CPU machine (58 ms a step), which steplens ranks's sign test needs in all six aligned steps before it names
+# a straggler. Every step of the run sleeps it, unprofiled ones included: longer costs test time for nothing.
+SLOW_MS = 600
 SLOW = ["--slow-rank", "1", "--slow-input-ms", str(SLOW_MS)]
 
 

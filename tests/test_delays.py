@@ -381,3 +381,29 @@ def test_a_tiny_pageable_copy_s_sync_costs_no_more_than_its_wait():
         loop.kernel(t0 + 7300, t0 + 7305, 100)  # 7 ms of host work after it
     s = shares(loop.read())
     assert s["copy"] < 0.01 and s["host"] > 0.6, s
+
+
+def test_where_the_verdict_s_scope_share_and_its_delay_differ_the_brief_output_says_why(stored_evidence):
+    """On a trace with the scopes the verdict's share is the GPU's idle inside one scope, the delay's the same wait
+    over the whole step: where the two differ by a point or more, the brief output prints both, with the reason."""
+    import glob
+
+    from steplens.evidence import formatting
+
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
+    found = 0
+    for path in sorted(glob.glob(os.path.join(root, "h200-reprofile", "**", "*.pt.trace.json.gz"), recursive=True)):
+        ev = stored_evidence(path)
+        verdict, shares = ev["verdict"], ev["verdict"].get("delays")
+        cls = formatting.SCOPE_DELAY.get(verdict["part"])
+        if not shares or cls is None:
+            continue
+        lines = formatting.delay_lines(ev)
+        why = [line for line in lines if line.startswith("  (the verdict's")]
+        if abs(verdict["share"] - shares[cls]) >= 0.01:
+            found += 1
+            assert len(why) == 1, (path, lines)
+            assert f"{verdict['share']:.0%}" in why[0] and f"{delays.NAMES[cls]} {shares[cls]:.0%}" in why[0]
+        else:
+            assert why == [], (path, lines)
+    assert found >= 1, "no stored trace whose verdict share differs from its delay: the test reads nothing"

@@ -224,8 +224,8 @@ def test_a_runner_up_is_named_only_with_a_share_above_0():
     v = diagnosis.verdict(gpu_trace(tiny, scopes=()))
     assert v["stage"] is None and v["sentence"] == (
         "Cannot tell which stage holds the step: the GPU sits idle waiting for the host for 60% of it outside the "
-        "input, and the trace carries none of the four scopes, so it cannot say for what (add them to the loop: "
-        "docs/EVIDENCE.md)."
+        "input, and the trace labels none of the step's stages, so it cannot say for what (wrap them in "
+        "torch.profiler.record_function: input/next_batch, input/to_device, train/forward_backward, train/optimizer)."
     ), "outside the scopes with no scopes: cannot say for what"
     lone = part(gpu_busy_us=450.0, gpu_idle_us=550.0, host_wait_us=0.0, input_gap_us=0.0)
     lone["waits_by_scope_us"] = {}

@@ -11,8 +11,9 @@ import pytest
 import torch
 from conftest import ROOT, SLOW_MS, TINY, load_offline_run, polyaxon_env, run_torchrun, run_train, single_run
 
-from steplens.evidence import ranks, summarize
+from steplens.evidence import summarize
 from steplens.job import data, distributed, rank_outputs
+from steplens.project import ranks
 
 
 def read_json(path):

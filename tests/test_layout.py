@@ -46,10 +46,10 @@ LAYERS = {
         "steplens.evidence.snapshot",
         "steplens.evidence.distortion",
         "steplens.evidence.cycle_evidence",
-        "steplens.evidence.ranks",
     ],
-    # What reads a project's runs stands above what reads one trace: the evidence never imports it.
+    # What reads a project's runs (or a run's ranks) stands above what reads one trace: the evidence never imports it.
     "steplens.project": [
+        "steplens.project.ranks",
         "steplens.project.runs",
         "steplens.project.diff",
         "steplens.project.comparison",

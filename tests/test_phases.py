@@ -44,7 +44,7 @@ def validation(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def slow_save(tmp_path_factory):
-    """One tiny CPU capture of the checkpoint phase whose every save sleeps SLOW_SAVE_MS (the test hook)."""
+    """One tiny CPU capture of the checkpoint phase whose saves in the capture sleep SLOW_SAVE_MS (the test hook)."""
     root = tmp_path_factory.mktemp("phase-checkpoint")
     proc = run_train(
         ["--mode", "profile", "--profile-phase", "checkpoint", *ONE, *LEAN],

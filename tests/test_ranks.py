@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from steplens import stats
-from steplens.evidence import ranks
+from steplens.project import ranks
 
 MAIN = {"pid": 1, "tid": 1}
 SIX = (2, 3, 4, 7, 8, 9)  # the aligned steps of the default profile: two cycles of three

@@ -187,6 +187,25 @@ def test_the_command_writes_the_summary_beside_the_snapshot(tmp_path, capsys):
     assert [p for p in os.listdir(tmp_path) if p.startswith(".partial")] == []
 
 
+def test_a_gzip_compressed_snapshot_reads_the_same_and_a_cut_one_is_refused(tmp_path, capsys):
+    import gzip
+
+    plain = tmp_path / "memory-snapshot.pickle"
+    plain.write_bytes(pickle.dumps(made_snapshot()))
+    assert snapshot.main([str(plain), "--json"]) == 0
+    expected = capsys.readouterr().out
+    packed = tmp_path / "packed" / "memory-snapshot.pickle.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert snapshot.main([str(packed), "--json"]) == 0
+    assert capsys.readouterr().out == expected
+    assert sorted(os.listdir(packed.parent)) == ["memory-snapshot.pickle.gz", "memory-snapshot.summary.txt"]
+    packed.write_bytes(packed.read_bytes()[:-40])
+    assert snapshot.main([str(packed)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a readable pickle" in err[0], err
+
+
 @pytest.mark.parametrize(
     "content,words",
     [

@@ -912,15 +912,18 @@ def test_peak_memory_grows_by_a_few_array_entries_per_gpu_event(tmp_path, monkey
     assert (peak_large - peak_small) / added < 400, (peak_small, peak_large)
 
 
-def test_summarize_opens_with_the_verdict_in_at_most_25_lines_and_no_project_words_on_a_foreign_trace(tmp_path):
-    """The default output of a trace without the companion's scopes: the verdict first, 25 lines at most, none of the
-    companion's own words (its scopes, its flags, its docs/ pages), and where the rest is."""
-    trace = os.path.join(ROOT, "results", "h100-delays", "launch.pt.trace.json.gz")
+@pytest.mark.parametrize("loop", ["launch", "gpu"])
+def test_summarize_opens_with_the_verdict_in_at_most_25_lines_and_no_project_words_on_a_foreign_trace(loop):
+    """The default output of a trace without the companion's scopes (a launch-bound loop, and a GPU-bound one whose
+    CPU runs ahead): the verdict first, 25 lines at most, none of the companion's own words (its scopes, its flags,
+    its run.json terms, its docs/ pages), and where the rest is."""
+    trace = os.path.join(ROOT, "results", "h100-delays", f"{loop}.pt.trace.json.gz")
     proc = run_cli(trace)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("verdict: ") and len(lines) <= 25, proc.stdout
-    for word in ("four scopes", "idle_basis", "docs/", "input/next_batch", "--workers", "mode=bench"):
+    words = ("four scopes", "idle_basis", "gpu_timeline", "docs/", "input/next_batch", "--workers", "mode=bench")
+    for word in words + ("train.py",):
         assert word not in proc.stdout, word
     assert lines[-1].startswith("more: --full")
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from steplens.evidence import attribution, cycle_evidence, diagnosis, formatting, picture, ranks, summarize
-from steplens.project import compare
+from steplens.evidence import attribution, cycle_evidence, diagnosis, formatting, picture, summarize
+from steplens.project import compare, ranks
 from steplens.scopes import NEXT_BATCH, SCOPES
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -112,7 +112,7 @@ def test_a_verdict_is_never_given_where_its_figure_is_null():
     ev = figures(scopes=(), input_gap_us=None, host_wait_us=200.0)
     ev["input_source"] = {"name": None, "kind": None, "null_reason": attribution.NO_INPUT}
     v = diagnosis.verdict(ev)
-    assert v["stage"] is None and "none of the four" in v["sentence"] and attribution.NO_INPUT in v["sentence"]
+    assert v["stage"] is None and "labels none of the step" in v["sentence"] and attribution.NO_INPUT in v["sentence"]
     v = diagnosis.verdict(figures())
     assert v["stage"] == "waiting for input" and v["share"] == pytest.approx(0.5)
 

@@ -49,15 +49,15 @@ NO_GPU = "no GPU events in the trace (CPU-only profile): GPU figures are not ava
 RUN_AHEAD = (
     "the CPU runs ahead of the GPU (GPU-bound): the work a step launches runs during later steps' "
     "CPU time, so clipping GPU time to the CPU's steps would describe the CPU's pace; busy, idle and "
-    "input gap are measured on the GPU's own timeline instead (idle_basis gpu_timeline)"
+    "input gap are measured on the GPU's own timeline instead"
 )
 
 
 GRAPHS = (
     "CUDA-graph replays: one cudaGraphLaunch starts all of a graph's kernels, so the trace shows no "
     "per-operator CPU launches for them (launch cpu ms counts the graph launches only), and Kineto's "
-    "view of graphs has known gaps (pytorch/kineto#1165): time replays with CUDA events "
-    "(train.py --mode bench --cuda-graph: gpu_ms_per_step)"
+    "view of graphs has known gaps (pytorch/kineto#1165): time the replays with CUDA events "
+    "(torch.cuda.Event around them, outside the profiler)"
 )
 
 

@@ -395,8 +395,9 @@ def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> di
     if part == OUTSIDE_SCOPES and not has_scopes:
         out["sentence"] = (
             f"Cannot tell which stage holds the step: the GPU sits idle waiting for the host for "
-            f"{_pct(shares[part])} of it outside the input, and the trace carries none of the four "
-            "scopes, so it cannot say for what (add them to the loop: docs/EVIDENCE.md)."
+            f"{_pct(shares[part])} of it outside the input, and the trace labels none of the step's "
+            "stages, so it cannot say for what (wrap them in torch.profiler.record_function: input/next_batch, "
+            "input/to_device, train/forward_backward, train/optimizer)."
             + ("" if gap is not None else f" No input figure: {no_input_reason(evidences)}.")
         )
         return out

@@ -4,7 +4,7 @@ from typing import Any
 
 from steplens.evidence import delays
 from steplens.evidence.attribution import CAVEAT, NO_GPU
-from steplens.scopes import SCOPES
+from steplens.scopes import EVAL_FORWARD, EVAL_TO_DEVICE, FORWARD_BACKWARD, SCOPES, TO_DEVICE
 from steplens.trace import kernels
 
 OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
@@ -420,6 +420,7 @@ def delay_lines(ev: dict[str, Any]) -> list[str]:
         c for c in delays.CLASSES if shares.get(c, 0.0) >= 0.005 or c in ("compute", "input", "copy", "launch", "sync")
     ]
     lines = ["delays (share of the step): " + ", ".join(f"{delays.NAMES[c]} {shares[c]:.0%}" for c in shown)]
+    lines += _scope_share_line(ev["verdict"], shares)
     w = ev["window"]
     details = w.get("delay_details")
     if details and w.get("pace_us"):
@@ -432,6 +433,32 @@ def delay_lines(ev: dict[str, Any]) -> list[str]:
 
 
 DELAY_SHOWN = 0.10  # a delay of at least this share of the step gets its line of figures
+
+# A verdict's part on a trace with the scopes to the delay class that counts the same wait over the whole step.
+SCOPE_DELAY = {
+    "input": "input",
+    TO_DEVICE: "copy",
+    EVAL_TO_DEVICE: "copy",
+    FORWARD_BACKWARD: "launch",
+    EVAL_FORWARD: "launch",
+    "busy": "compute",
+}
+
+
+def _scope_share_line(verdict: dict[str, Any], shares: dict[str, float]) -> list[str]:
+    """Where the verdict names a scope (its share: the GPU's idle inside that scope alone) and the delay that counts
+    the same wait over the whole step differs from it by a point or more, one line that says why both are right."""
+    part, share = verdict.get("part"), verdict.get("share")
+    cls = SCOPE_DELAY.get(part) if isinstance(part, str) else None
+    if cls is None or share is None or abs(share - shares.get(cls, 0.0)) < 0.01:
+        return []
+    inside = {"busy": "the GPU's busy time", "input": "the GPU's idle while the input is read"}.get(
+        part, f"the GPU's idle inside {part} alone"
+    )
+    return [
+        f"  (the verdict's {share:.0%} is {inside}; {delays.NAMES[cls]} {shares[cls]:.0%} counts the whole step, "
+        "wherever the wait falls)"
+    ]
 
 
 BRIEF_NOTES = 3  # the brief output's notes at most: the rest are behind --full

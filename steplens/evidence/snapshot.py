@@ -14,10 +14,12 @@ docs/MEMORY.md defines every figure. pytorch.org/memory_viz draws the same file.
 """
 
 import argparse
+import gzip
 import json
 import os
 import pickle
 import sys
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -59,10 +61,12 @@ def load(path: str) -> dict[str, Any]:
     """The snapshot dict of a pickle written by torch.cuda.memory._snapshot(); SnapshotError if it is not one."""
     try:
         with open(path, "rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"  # a gzip-compressed pickle (.pickle.gz) is read the same way
+        with gzip.open(path, "rb") if gzipped else open(path, "rb") as f:
             data = _PlainUnpickler(f).load()
     except SnapshotError as e:
         raise SnapshotError(f"{path} is no memory snapshot: {e}") from None
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError) as e:
+    except (OSError, pickle.UnpicklingError, EOFError, zlib.error, ValueError, TypeError, IndexError, KeyError) as e:
         raise SnapshotError(f"{path} is not a readable pickle: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
         raise SnapshotError(f"{path} is no memory snapshot: no list of segments (torch.cuda.memory._snapshot())")
@@ -302,8 +306,9 @@ def format_summary(summary: dict[str, Any], name: str) -> str:
 
 
 def summary_path(path: str) -> str:
-    """The summary's file beside the snapshot: memory-snapshot.pickle -> memory-snapshot.summary.txt."""
-    base = path[: -len(".pickle")] if path.endswith(".pickle") else path
+    """The summary's file beside the snapshot: memory-snapshot.pickle (or .pickle.gz) -> memory-snapshot.summary.txt."""
+    base = path[: -len(".gz")] if path.endswith(".gz") else path
+    base = base[: -len(".pickle")] if base.endswith(".pickle") else base
     return base + ".summary.txt"
 
 
@@ -321,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="steplens snapshot", description=__doc__.split("\n")[0])
     p.add_argument(
         "snapshot",
-        help="a pickled torch.cuda.memory._snapshot() (train.py --memory-snapshot); the summary is printed and "
+        help="a pickled torch.cuda.memory._snapshot() (train.py --memory-snapshot), gzip-compressed or not; the "
+        "summary is printed and "
         "written beside it (FILE.summary.txt)",
     )
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object (default: text)")

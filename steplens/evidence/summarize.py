@@ -144,7 +144,7 @@ def trace_header(r: _Reading, name: str) -> dict[str, Any]:
             "count": r.t.complete.count(),
             "note": "complete events Perfetto's JSON importer before v57.1 drops (they cross "
             "another on their pid/tid track); profile mode repairs its traces "
-            "to 0 (docs/PERFETTO.md)",
+            "to 0",
         },
     }
 

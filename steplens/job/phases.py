@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 PHASES = list(scopes.PHASES)  # train, validation, checkpoint
 BENCH_SAVES = 3  # bench mode times this many saves after its window; their median is the save's cost
-SLOW_SAVE_ENV = "STEPLENS_TEST_SLOW_SAVE_MS"  # a test hook: each save sleeps this long before its rename
+SLOW_SAVE_ENV = "STEPLENS_TEST_SLOW_SAVE_MS"  # a test hook: each save in a capture sleeps this long before its rename
 
 
 def add_arguments(p: argparse.ArgumentParser, positive_int: Callable[[str], int]) -> None:
@@ -89,6 +89,14 @@ def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
             )
 
 
+def _profiler_recording() -> bool:
+    """Whether a torch profiler is recording now (its warm-up and active steps); True where torch cannot say."""
+    import torch
+
+    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
+    return True if enabled is None else bool(enabled())
+
+
 def slow_save_seconds() -> float:
     """The test hook SLOW_SAVE_ENV in seconds (0 when unset): a deliberately slow save, for the tests of the
     checkpoint phase's verdict. Documented in docs/PHASES.md; no run outside the tests sets it."""
@@ -114,7 +122,7 @@ class Saver:
         t0 = time.perf_counter()
         try:
             torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, tmp)
-            if self.slow_s:
+            if self.slow_s and _profiler_recording():  # the hook slows the saves a trace sees, not the others
                 time.sleep(self.slow_s)
             os.replace(tmp, self.path)
         finally:

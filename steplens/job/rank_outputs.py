@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from steplens.atomic import write_atomic, write_json_atomic
 from steplens.evidence import picture
 from steplens.evidence.formatting import run_label
-from steplens.evidence.ranks import RanksError, across, format_text, headline, rank_figures
+from steplens.project.ranks import RanksError, across, format_text, headline, rank_figures
 
 if TYPE_CHECKING:
     from steplens.job.distributed import World

@@ -109,8 +109,7 @@ def roofline_lines(groups: list[dict[str, Any]]) -> str:
     shown = [(g, r) for g, r in found if r["classes"] is not None and not r["null_reason"]]
     out = [
         "\nRoofline by kernel class (the profile run's trace, as steplens roofline reads it; per step, each class's "
-        "achieved rate against the peak that binds it, and the share of that limit; "
-        "docs/KERNELS.md#the-roofline-by-kernel-class):\n"
+        "achieved rate against the peak that binds it, and the share of that limit):\n"
     ]
     if shown:
         classes = [c for c in CLASSES if any(r["classes"].get(c) for _, r in shown)]
@@ -181,7 +180,7 @@ def _host_section(out, table):
         return
     budget = table["machine"].get("cpu_budget")
     out.write(
-        "\nThe host side of the bench window (medians; docs/INPUT.md#the-dataloader-workers): CPUs used "
+        "\nThe host side of the bench window (medians): CPUs used "
         f"(the budget: {'not recorded' if budget is None else f'{budget:g} CPUs'}), the share of the window the "
         "cgroup throttled, the batches per second the DataLoader workers could supply beside the steps per second "
         "the group ran, and host memory (PSS of the main process and workers together, and /dev/shm: the larger "

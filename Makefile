@@ -9,7 +9,7 @@
 # All build .venv from requirements-dev.txt first (6.2 GB: torch brings its CUDA libraries even on
 # a CPU-only machine); it is rebuilt when that file or pyproject.toml changes.
 PYTHON ?= python3
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 VENV := .venv
 BIN := $(VENV)/bin
 # pyproject.toml too: its console command and extras are installed with the package (-e . in requirements-dev.txt)

@@ -96,15 +96,24 @@ def test_pip_install_gives_a_command_that_reads_a_stored_h200_trace_without_torc
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_summarize_given_a_folder_refuses_it_in_one_line_before_reading_any_trace(tmp_path):
+    done = steplens("summarize", stored_h200_trace(), str(tmp_path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
+    assert f"{tmp_path} is a folder" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_picture_into_a_missing_folder_is_refused_in_one_line(tmp_path):
     done = steplens("picture", stored_h200_trace(), "--out", str(tmp_path / "missing" / "x.png"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "is not a folder" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_an_input_scope_the_trace_lacks_is_named_in_the_verdict():
-    """A typo in --input-scope: the verdict says no annotation has that name, not that none was given."""
-    done = steplens("summarize", "--input-scope", "my/fetchh", stored_h200_trace())
+@pytest.mark.parametrize("labelled", [True, False])
+def test_an_input_scope_the_trace_lacks_is_named_in_the_verdict(labelled):
+    """A typo in --input-scope, on our own trace and on a loop without labels: the verdict says no annotation has
+    that name, not that none was given."""
+    trace = stored_h200_trace() if labelled else os.path.join(ROOT, "results", "h100-delays", "launch.pt.trace.json.gz")
+    done = steplens("summarize", "--input-scope", "my/fetchh", trace)
     first = done.stdout.splitlines()[0]
     assert done.returncode == 0 and "no user annotation named 'my/fetchh'" in first, first
     assert "no --input-scope" not in first, first

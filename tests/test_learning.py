@@ -32,6 +32,9 @@ LEARNING = [
     "--bench-steps",
     "14",
     "--scale-lr",
+    # a ramp over the warm-up step and the window's first 4: test_a_real_run_ramps_its_rate reads it from the same runs
+    "--lr-warmup-steps",
+    "5",
 ]
 
 
@@ -42,7 +45,7 @@ def read_json(path):
 
 @pytest.fixture(scope="module")
 def learning_runs(tmp_path_factory):
-    """Two real CPU bench runs in one offline root: the learning rate the rule gives, and lr 0."""
+    """Two real CPU bench runs in one offline root: the learning rate the rule gives (after a 5-step ramp), and lr 0."""
     root = tmp_path_factory.mktemp("learning")
     runs = {}
     for lr in ("0.1", "0"):
@@ -325,14 +328,11 @@ def test_a_ramp_the_captured_step_would_freeze_exits_2_in_one_line(tmp_path):
     assert parse_settings([*flags, "19"]).lr_warmup_steps == 19
 
 
-def test_a_real_run_ramps_its_rate(tmp_path):
+def test_a_real_run_ramps_its_rate(learning_runs):
     """A CPU bench run with --lr-warmup-steps 5 after 1 warm-up step: run.json records the ramp, its full rate,
     and the 4 ramp steps that fell inside the timed window; stderr warns of them in one line."""
-    window = LEARNING.index("--bench-steps") + 1  # 5 steps hold the 4 ramp steps: no need for the 14 of LEARNING
-    proc = run_train([*LEARNING[:window], "5", *LEARNING[window + 1 :], "--lr-warmup-steps", "5"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = [line for line in proc.stderr.splitlines() if line.startswith("outputs: ")][0][len("outputs: ") :]
-    record = read_json(os.path.join(out, "run.json"))
+    _, runs = learning_runs
+    record, proc = runs["0.1"]["record"], runs["0.1"]["proc"]
     assert record["settings"]["lr_warmup_steps"] == 5
     assert record["learning_rate"]["ramp_steps_after_warm_up"] == 4 and record["learning_rate"]["effective_lr"] == 0.025
     warnings = [line for line in proc.stderr.splitlines() if "--lr-warmup-steps fall after" in line]

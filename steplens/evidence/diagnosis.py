@@ -459,8 +459,7 @@ def _delay_verdict(out, shares, evidences, named, gap_known):
             text += f", closely followed by {DELAY_STAGES[second]} ({_pct(waits[second])})"
     out["sentence"] = f"{text}: {line}. Next: {out['next']}." if line else f"{text}. Next: {out['next']}."
     if gap_known is None:
-        out["sentence"] += (
-            " The trace shows no input source (no DataLoader, no --input-scope): a wait for input would read as "
-            "host work."
-        )
+        reason = no_input_reason(evidences)
+        why = "no DataLoader, no --input-scope" if reason == NO_INPUT else reason  # a --input-scope typo says its name
+        out["sentence"] += f" The trace shows no input source ({why}): a wait for input would read as host work."
     return out

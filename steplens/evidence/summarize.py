@@ -555,6 +555,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_reading_options(p)
     args = p.parse_args(argv)
+    folders = [t for t in args.traces if os.path.isdir(t)]
+    if folders:  # before any trace is read: a folder is a common slip, and reading the others first wastes minutes
+        say(
+            f"steplens summarize: error: {folders[0]} is a folder: give the trace files in it "
+            "(FOLDER/*.pt.trace.json.gz); steplens ranks reads a folder of rank traces",
+            sys.stderr,
+        )
+        return 2
     try:
         evidences = [
             summarize_file(t, input_scope=args.input_scope, with_roofline=args.roofline, step_scope=args.step_scope)

@@ -131,13 +131,18 @@ def bench_run(tmp_path_factory):
 # a straggler. Every step of the run sleeps it, unprofiled ones included: longer costs test time for nothing.
 SLOW_MS = 600
 SLOW = ["--slow-rank", "1", "--slow-input-ms", str(SLOW_MS)]
+# Where a test reads no stacks, shapes or memory events: the CPU profiler's with_stack alone costs a 2-rank run a
+# third of its CPU time.
+LEAN = ["--profile-detail", "lean"]
 
 
 @pytest.fixture(scope="session")
 def ddp_profile(tmp_path_factory):
     """Two ranks profiled, rank 1 a straggler on purpose (SLOW_MS inside input/next_batch)."""
     return shared_offline_run(
-        tmp_path_factory, "ddp-profile", lambda root: run_torchrun(["--ddp", "--mode", "profile", *TINY, *SLOW], root)
+        tmp_path_factory,
+        "ddp-profile",
+        lambda root: run_torchrun(["--ddp", "--mode", "profile", *TINY, *LEAN, *SLOW], root),
     )
 
 

@@ -93,30 +93,6 @@ def test_options_are_recorded_in_run_json_and_polyaxon_inputs(tmp_path):
     assert "gpu_bound_share" not in record["results"], "the GPU-bound share is measured with --cuda-graph only"
 
 
-def test_dataloader_knobs_reach_the_loader(tmp_path):
-    proc = run_train(
-        [
-            "--mode",
-            "bench",
-            "--bench-steps",
-            "2",
-            "--workers",
-            "1",
-            "--persistent-workers",
-            "--prefetch-factor",
-            "3",
-            *TINY,
-        ],
-        tmp_path,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    _, outputs = single_run(tmp_path)
-    with open(os.path.join(outputs, "run.json")) as f:
-        loader = json.load(f)["loader"]
-    assert (loader["persistent_workers"], loader["prefetch_factor"], loader["num_workers"]) == (True, 3, 1)
-
-
 def norm():
     return (torch.tensor(data.CIFAR10_MEAN).view(1, 3, 1, 1), torch.tensor(data.CIFAR10_STD).view(1, 3, 1, 1))
 

@@ -7,7 +7,7 @@ import os
 import sys
 
 import pytest
-from conftest import ROOT, TINY, run_train, single_run
+from conftest import LEAN, ROOT, TINY, run_train, single_run
 
 from steplens.evidence import summarize
 from steplens.job import loader_timeline
@@ -34,7 +34,7 @@ def read_trace(path):
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
     root = tmp_path_factory.mktemp("workers-profile")
-    proc = run_train(["--mode", "profile", "--workers", "2", *SMALL], root)
+    proc = run_train(["--mode", "profile", "--workers", "2", *SMALL, *LEAN], root)
     assert proc.returncode == 0, f"profile run failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
     uuid, outputs = single_run(root)
     plx = json.load(open(os.path.join(str(root), "runs", uuid, "run.plx.json")))
@@ -53,7 +53,8 @@ def bench(tmp_path_factory, name, workers, more=(), **env):
 
 @pytest.fixture(scope="module")
 def fast(tmp_path_factory):
-    return bench(tmp_path_factory, "workers-fast", 2)
+    # the loader's knobs ride along: test_dataloader_knobs_reach_the_loader reads them from this run
+    return bench(tmp_path_factory, "workers-fast", 2, ["--persistent-workers", "--prefetch-factor", "3"])
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +233,11 @@ def test_a_fast_transform_keeps_up(fast):
     assert memory["pss_peak_mb"] <= memory["main_pss_peak_mb"] + memory["workers_pss_peak_mb"] + 0.1
     assert fast["outputs"]["pss_peak_mb"] == memory["pss_peak_mb"]
     assert fast["outputs"]["input_supply_per_sec"] == figures["supply_per_sec"] > 0
+
+
+def test_dataloader_knobs_reach_the_loader(fast):
+    loader = fast["run"]["loader"]
+    assert (loader["persistent_workers"], loader["prefetch_factor"], loader["num_workers"]) == (True, 3, 2)
 
 
 def test_a_slow_transform_makes_the_verdict_name_the_workers(slow):

@@ -38,8 +38,8 @@ NO_INPUT = (
 
 CAVEAT = (
     "the profiler adds its own cost to the profiled process (more with record_shapes, profile_memory "
-    "and with_stack): the trace explains where time goes, mode=bench measures it; profile mode's "
-    "profiler_distortion says how far the profiled steps moved from unprofiled ones"
+    "and with_stack): the trace explains where time goes; the same steps timed without the profiler "
+    "measure it"
 )
 
 

@@ -388,7 +388,9 @@ def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> di
     if found is not None:
         out["delays"] = found
     if not has_scopes and found is not None:  # a loop without the scopes: the delays name the stage
-        return _delay_verdict(out, found, evidences, named, gap_known=sum_known(parts, lambda p: p.get("input_gap_us")))
+        return _delay_verdict(
+            out, found, evidences, parts, named, gap_known=sum_known(parts, lambda p: p.get("input_gap_us"))
+        )
     shares, gap = _gpu_shares(parts, has_scopes, hosts)
     idle_parts = [k for k in shares if k != "busy"]
     part = "busy" if shares["busy"] >= GPU_BOUND_AT else max(idle_parts, key=shares.get)
@@ -430,7 +432,7 @@ def delay_shares(parts: list[dict[str, Any]]) -> dict[str, float] | None:
     return {c: sum(p["delays_us"].get(c, 0.0) for p in parts) / pace for c in delays.CLASSES}
 
 
-def _delay_verdict(out, shares, evidences, named, gap_known):
+def _delay_verdict(out, shares, evidences, parts, named, gap_known):
     """The verdict of a GPU trace without the scopes: GPU compute when busy for GPU_BOUND_AT of the step, else
     the largest delay, each with the line of figures behind it and the class of fix that fits."""
     waits = {c: v for c, v in shares.items() if c != "compute"}
@@ -449,8 +451,14 @@ def _delay_verdict(out, shares, evidences, named, gap_known):
         if waits[second] >= CLOSE:
             text += f"; its largest wait is {DELAY_STAGES[second]} ({_pct(waits[second])})"
     else:
+        # the GPU's measured idle; its copies with no kernel beside them are busy time, counted under copy
+        pace = sum(p["pace_us"] for p in parts)
+        idle = sum(p["gpu_idle_us"] for p in parts) / pace
+        copying = max(0.0, sum(p["gpu_busy_us"] for p in parts) / pace - shares["compute"] - shares["communication"])
         text = (
-            f"The GPU idles for {_pct(1 - shares['compute'] - shares['communication'])} of the step; "
+            f"The GPU idles for {_pct(idle)} of the step"
+            + (f" and copies for {_pct(copying)} of it" if copying >= 0.01 else "")
+            + "; "
             + text[0].lower()
             + text[1:]
         )

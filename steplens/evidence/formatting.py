@@ -4,7 +4,7 @@ from typing import Any
 
 from steplens.evidence import delays
 from steplens.evidence.attribution import CAVEAT, NO_GPU
-from steplens.scopes import EVAL_FORWARD, EVAL_TO_DEVICE, FORWARD_BACKWARD, SCOPES, TO_DEVICE
+from steplens.scopes import EVAL_FORWARD, FORWARD_BACKWARD, SCOPES
 from steplens.trace import kernels
 
 OFF_AT_ZERO = {"lr_warmup_steps"}  # 0 means no ramp, as in older runs that lack the setting
@@ -130,9 +130,9 @@ def share_line(ev: dict[str, Any]) -> str:
         return f'share of step: {wall}; "{OF_PACE}": n/a (no GPU figures)'
     pace = f"{w['pace_us'] / w['steps'] / 1e3:.2f} ms a step"
     basis = (
-        f"the GPU's own time per step ({pace}): the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
+        f"the GPU's own time per step ({pace}): the CPU runs ahead of the GPU"
         if ev["idle_basis"] == "gpu_timeline"
-        else f"the CPU's step ({pace}): the GPU keeps up with the CPU (idle_basis cpu_steps)"
+        else f"the CPU's step ({pace}): the GPU keeps up with the CPU"
     )
     return f'share of step: {wall}; "{OF_PACE}" is over the step\'s pace, {basis}'
 
@@ -391,9 +391,9 @@ def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
     parts.append(
         f"{ev['trace']}: "
         + (
-            "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU (idle_basis gpu_timeline)"
+            "idle time is read on the GPU's own timeline: the CPU runs ahead of the GPU"
             if ev["idle_basis"] == "gpu_timeline"
-            else "idle time is read on the CPU's steps: the GPU keeps up with the CPU (idle_basis cpu_steps)"
+            else "idle time is read on the CPU's steps: the GPU keeps up with the CPU"
         )
     )
     for note in ev["notes"]:
@@ -404,8 +404,7 @@ def trace_lines(ev: dict[str, Any], table: bool) -> list[str]:
     if ev["crossing_slices"]["count"]:
         parts.append(
             f"{ev['trace']}: {ev['crossing_slices']['count']} slices overlap others on their thread "
-            "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them; profile mode's "
-            "traces are repaired"
+            "without nesting (with_stack's Python slices): Perfetto before v57.1 drops them"
         )
     return parts
 
@@ -434,31 +433,30 @@ def delay_lines(ev: dict[str, Any]) -> list[str]:
 
 DELAY_SHOWN = 0.10  # a delay of at least this share of the step gets its line of figures
 
-# A verdict's part on a trace with the scopes to the delay class that counts the same wait over the whole step.
-SCOPE_DELAY = {
-    "input": "input",
-    TO_DEVICE: "copy",
-    EVAL_TO_DEVICE: "copy",
-    FORWARD_BACKWARD: "launch",
-    EVAL_FORWARD: "launch",
-    "busy": "compute",
-}
+# Where the verdict on a trace with the scopes and the delays measure the same thing two ways, and say why they differ.
+LAUNCH_SCOPES = (FORWARD_BACKWARD, EVAL_FORWARD)
 
 
 def _scope_share_line(verdict: dict[str, Any], shares: dict[str, float]) -> list[str]:
-    """Where the verdict names a scope (its share: the GPU's idle inside that scope alone) and the delay that counts
-    the same wait over the whole step differs from it by a point or more, one line that says why both are right."""
+    """One line where the verdict's share and the delay that reads the same time differ by a point or more, for the
+    two cases whose difference is known: the GPU's busy time (its copies included) against GPU compute (kernels
+    alone: copies count under copy), and the GPU's idle inside the forward scope against launch-bound (which also
+    counts the launch waits in the other scopes and between them). Elsewhere the two are different measures (a
+    sync or a host stall inside the scope counts as sync or host work), and no line claims a reason."""
     part, share = verdict.get("part"), verdict.get("share")
-    cls = SCOPE_DELAY.get(part) if isinstance(part, str) else None
-    if cls is None or share is None or abs(share - shares.get(cls, 0.0)) < 0.01:
+    if share is None:
         return []
-    inside = {"busy": "the GPU's busy time", "input": "the GPU's idle while the input is read"}.get(
-        part, f"the GPU's idle inside {part} alone"
-    )
-    return [
-        f"  (the verdict's {share:.0%} is {inside}; {delays.NAMES[cls]} {shares[cls]:.0%} counts the whole step, "
-        "wherever the wait falls)"
-    ]
+    if part == "busy" and share - shares.get("compute", 0.0) >= 0.01:
+        return [
+            f"  (the verdict's {share:.0%} is the GPU's busy time, its copies included; {delays.NAMES['compute']} "
+            f"{shares['compute']:.0%} is its kernels alone: the copies count under {delays.NAMES['copy']})"
+        ]
+    if part in LAUNCH_SCOPES and shares.get("launch", 0.0) - share >= 0.01:
+        return [
+            f"  (the verdict's {share:.0%} is the GPU's idle inside {part} alone; {delays.NAMES['launch']} "
+            f"{shares['launch']:.0%} also counts the launch waits outside it)"
+        ]
+    return []
 
 
 BRIEF_NOTES = 3  # the brief output's notes at most: the rest are behind --full

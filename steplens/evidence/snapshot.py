@@ -64,6 +64,8 @@ def load(path: str) -> dict[str, Any]:
             gzipped = f.read(2) == b"\x1f\x8b"  # a gzip-compressed pickle (.pickle.gz) is read the same way
         with gzip.open(path, "rb") if gzipped else open(path, "rb") as f:
             data = _PlainUnpickler(f).load()
+            if gzipped:
+                f.read()  # to the end of the member: gzip checks its CRC and length there
     except SnapshotError as e:
         raise SnapshotError(f"{path} is no memory snapshot: {e}") from None
     except (OSError, pickle.UnpicklingError, EOFError, zlib.error, ValueError, TypeError, IndexError, KeyError) as e:

@@ -90,7 +90,8 @@ def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
 
 
 def _profiler_recording() -> bool:
-    """Whether a torch profiler is recording now (its warm-up and active steps); True where torch cannot say."""
+    """Whether a torch profiler records on this thread now (its active steps, not its warm-up); True where torch
+    cannot say."""
     import torch
 
     enabled = getattr(torch._C._autograd, "_profiler_enabled", None)

@@ -16,7 +16,7 @@ from steplens.trace.spill import SortedRecords
 MEMORY_EVENT = "[memory]"
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 NO_EVENTS = (
-    "the trace has no memory events: it was captured without profile_memory (--profile-detail lean), "
+    "the trace has no memory events: it was captured without profile_memory, "
     "or its steps allocated nothing (a CUDA graph's replay allocates nothing: its memory lives in the graph's pool)"
 )
 CPU_RESERVED = "the CPU allocator reserves nothing beyond what it allocates: the profiler reports 0"

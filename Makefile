@@ -1,7 +1,8 @@
 # make run     the main job on this machine: profile and bench, workers 0 and 4, tracked offline;
 #              ends with the bench rates, the trace evidence and the traces to open (steplens report)
 # make test    the test suite (CPU; starts and stops its own Polyaxon server on 127.0.0.1), on TEST_WORKERS
-#              processes (pytest-xdist, 2 by default: the CI machine's cores); ends with the ten slowest tests
+#              processes (pytest-xdist, 3 by default on the CI machine's 2 cores: a third of the suite's time
+#              waits on sleeps, servers and subprocesses); ends with the ten slowest tests
 # make lint    ruff: the format check and the linter (line length 120)
 # make viewer  Polyaxon's UI over the local runs, on 127.0.0.1:8001, with its scripts served locally
 # make mutation  mutation testing of the core (mutmut, one module after another, one worker; MODULES="stats verdict"

@@ -27,6 +27,8 @@ VERDICT_FAST = (
     "test_diagnosis or never_given or close_runner_up or profiler_may_have or next_step_of_a_gpu"
     " or communication_kernels or runner_up_window"
 )
+# test_delays's tests of the delay verdict on hand-made traces (its others read stored traces)
+DELAYS_FAST = "(test_delays and not stored and not own_run and not scope_share)"
 # Tests that run train.py, read the stored H200 traces or measure memory: make test runs them, not each mutant.
 NOT_SLOW = (
     "not (profile_run or real_cpu_trace or stored or h200 or memory or streams or scaled or cli_ or class_table"
@@ -37,7 +39,14 @@ MODULES = {
     "stats": ("steplens/stats.py", ["tests/test_stats.py"]),
     "verdict": (
         "steplens/evidence/diagnosis.py",
-        ["tests/test_diagnosis.py", "tests/test_verdict.py", "-k", VERDICT_FAST],
+        # test_delays: the verdict on a loop without the scopes (_delay_verdict), on traces written out by hand
+        [
+            "tests/test_diagnosis.py",
+            "tests/test_verdict.py",
+            "tests/test_delays.py",
+            "-k",
+            f"({VERDICT_FAST}) or {DELAYS_FAST}",
+        ],
     ),
     "attribution": (
         "steplens/evidence/attribution.py",

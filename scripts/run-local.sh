@@ -4,7 +4,7 @@
 #   scripts/run-local.sh alternating   bench jobs in alternating order, REPEATS (6) x WORKERS (make bench-alternating)
 # GPU when present; on a CPU-only machine, fewer steps (announced). CIFAR-10 when it is on
 # disk under ./data, else the synthetic set (announced). Override with DATA=cifar10|synthetic.
-# A failing job does not stop the others; the script ends with steplens report over the runs
+# A failing job does not stop the others (Ctrl-C or SIGTERM in a job stops them all); the script ends with steplens report over the runs
 # it made (bench rates, trace evidence, the traces to open), then (main) the tutorial's decision on workers 0 -> 4
 # from every local run of both, and exits 1 if any job failed.
 set -euo pipefail
@@ -43,9 +43,15 @@ fi
 list_runs() { ls "$POLYAXON_OFFLINE_ROOT/runs" 2>/dev/null | sort || true; }
 before=$(list_runs)
 failed=0
-run() {  # run TRAIN.PY FLAGS...: one job; a failure is counted, not fatal
+run() {  # run TRAIN.PY FLAGS...: one job; a failure is counted, not fatal; Ctrl-C or a SIGTERM stops them all
   echo "=== train.py $*"
-  "$PY" train.py "$@" || { echo "*** FAILED (exit $?): train.py $*" >&2; failed=$((failed + 1)); }
+  local rc=0
+  "$PY" train.py "$@" || rc=$?
+  if [ "$rc" = 130 ] || [ "$rc" = 143 ]; then
+    echo "*** stopped (exit $rc) during train.py $*: the jobs after it were not started" >&2
+    exit "$rc"
+  fi
+  [ "$rc" = 0 ] || { echo "*** FAILED (exit $rc): train.py $*" >&2; failed=$((failed + 1)); }
 }
 
 case "$what" in

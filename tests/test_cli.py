@@ -96,10 +96,13 @@ def test_pip_install_gives_a_command_that_reads_a_stored_h200_trace_without_torc
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_summarize_given_a_folder_refuses_it_in_one_line_before_reading_any_trace(tmp_path):
-    done = steplens("summarize", stored_h200_trace(), str(tmp_path))
+@pytest.mark.parametrize("command", ["summarize", "picture"])
+def test_a_folder_for_a_trace_is_refused_in_one_line_before_reading_any_trace(tmp_path, command):
+    args = [stored_h200_trace(), str(tmp_path)] if command == "summarize" else [str(tmp_path)]
+    done = steplens(command, *args)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
     assert f"{tmp_path} is a folder" in done.stderr and "Traceback" not in done.stderr
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_picture_into_a_missing_folder_is_refused_in_one_line(tmp_path):

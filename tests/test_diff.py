@@ -155,6 +155,17 @@ def test_more_pairs_counts_the_pairs_a_mixed_sign_test_still_needs():
     assert decide.more_pairs(sign_test([])) == 6
 
 
+def test_a_cpu_only_pair_is_undecided_and_says_more_pairs_cannot_help():
+    """CPU-only traces have no input-wait figure (it is the GPU's idle): the reason names the CPU-only side, not lost
+    GPU records, and asks for no more pairs."""
+    cpu = {**sided(None), "evidences": [{"has_gpu": False}]}
+    d = decide.decide(cpu, {**sided(None), "evidences": [{"has_gpu": False}]}, bench_row([1.2] * 6, "faster"), HOST)
+    assert d["outcome"] == "undecided" and d["more_pairs"] is None
+    assert d["reason"].startswith("the before and after traces are CPU-only") and "lost" not in d["reason"]
+    lost = decide.decide(sided(None), sided(1.0), bench_row([1.2] * 6, "faster"), HOST)
+    assert lost["outcome"] == "undecided" and "GPU records lost" in lost["reason"]
+
+
 def test_faster_without_shorter_gaps_is_not_credited_to_the_input():
     d = decide.decide(sided(0.2), sided(0.2), bench_row([1.2] * 6, "faster"), HOST)
     assert d["outcome"] == "faster, other cause"

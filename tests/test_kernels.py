@@ -217,6 +217,8 @@ def test_overlapping_kernels_are_counted_once_for_the_one_that_started_first():
     assert b["kernel_us"] == pytest.approx(21.0) and b["overlap_us"] == pytest.approx(7.0)
     assert sum(c["us"] for c in b["classes"].values()) == pytest.approx(b["busy_us"])
     assert sum(c["share"] for c in b["classes"].values()) == pytest.approx(1.0)
+    # a reader that streams passes a function giving the events afresh (read twice): the same breakdown
+    assert kernels.breakdown(lambda: iter(events), top=2) == kernels.breakdown(events, top=2)
 
 
 def _ev(name, cat, ts, dur, **args):

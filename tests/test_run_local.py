@@ -53,3 +53,22 @@ def test_alternating_runs_six_repeats_by_default(tmp_path):
     repeats = sorted({c.split("--repeat ")[1].split()[0] for c in calls})
     assert repeats == [str(i) for i in range(1, 7)], calls
     assert len(calls) == 12, "6 repeats x workers 0 and 4"
+
+
+def test_a_job_stopped_by_ctrl_c_stops_the_jobs_after_it(tmp_path):
+    """make run's first job ends with 130 (Ctrl-C reached train.py): the script stops there, with that status and
+    one line, instead of starting the next three jobs."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exit 1\necho "$*" >> {log}\nexit 130\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "run-local.sh"), "main"],
+        env={**os.environ, "POLYAXON_OFFLINE_ROOT": str(tmp_path), "PY": str(fake), "DATA": "synthetic"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert len(log.read_text().splitlines()) == 1, "the jobs after the stopped one ran"
+    assert proc.stderr.count("*** stopped (exit 130)") == 1 and "FAILED" not in proc.stderr, proc.stderr

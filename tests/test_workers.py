@@ -202,7 +202,9 @@ def test_each_profiled_cycle_records_its_cpu_use_and_host_memory(profiled):
         assert outputs[f"cycle{n}_pss_peak_mb"] == memory["pss_peak_mb"]
         evidence = json.load(open(c["evidence_json"]))
         assert evidence["cpu"] == cpu and evidence["host_memory"] == memory
-        assert evidence["capture"]["run_label"] == "workers=2, batch 2"  # the step picture's title opens on it
+        assert (
+            evidence["capture"]["run_label"] == "workers=2, batch 2, lean capture"
+        )  # the step picture's title opens on it
         assert f"CPU: {cpu['cpu_sentence']}" in open(c["evidence_txt"]).read()
         assert f"profile: cycle {n}: CPU: {cpu['cpu_sentence']}" in profiled["proc"].stderr
 

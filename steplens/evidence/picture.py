@@ -296,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="the PNG to write (default: beside the trace, .steps.png)")
     summarize.add_reading_options(p)
     args = p.parse_args(argv)
+    if os.path.isdir(args.trace):
+        say(f"steplens picture: error: {args.trace} is a folder: give one trace file in it", sys.stderr)
+        return 2
     out = args.out or args.trace.rsplit(".pt.trace.", 1)[0].rsplit(".json", 1)[0] + ".steps.png"
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):  # before reading the trace: a bad place costs a line, not the reading

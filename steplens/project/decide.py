@@ -91,6 +91,11 @@ def transport(records: list[dict[str, Any]], uuids: list[str]) -> dict[str, Any]
     }
 
 
+def _has_gpu(side: dict[str, Any]) -> bool:
+    """Whether every trace of a side (diff.read_side's) has GPU events; True where the side does not say."""
+    return all(ev.get("has_gpu", True) for ev in side.get("evidences") or [])
+
+
 def decide(before: dict[str, Any], after: dict[str, Any], row: dict[str, Any], host: dict[str, Any]) -> dict[str, Any]:
     """The outcome from the two sides' traces (diff.read_side's) and the after group's comparison row against the
     before group (compare's); host: transport() of the after group."""
@@ -113,7 +118,14 @@ def decide(before: dict[str, Any], after: dict[str, Any], row: dict[str, Any], h
         "more_pairs": None,
     }
     if gap_b is None or gap_a is None:
-        out.update(outcome="undecided", reason="a trace has no input-wait figure (no GPU figures, or GPU records lost)")
+        cpu_only = [n for n, side in (("before", before), ("after", after)) if not _has_gpu(side)]
+        why = (
+            f"the {' and '.join(cpu_only)} trace{'s are' if len(cpu_only) > 1 else ' is'} CPU-only: the input wait is "
+            "the GPU's idle while the input is read, so more pairs cannot decide it; profile on a GPU"
+            if cpu_only
+            else "a trace has no input-wait figure (GPU records lost, or no input source in it)"
+        )
+        out.update(outcome="undecided", reason=why)
         return finish(out)
     step_b = before["step_ms"] or 0.0
     shrank = gap_a <= (1 - GAP_SHRINK) * gap_b and gap_b - gap_a >= GAP_STEP_SHARE * step_b

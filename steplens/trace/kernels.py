@@ -71,7 +71,7 @@ _RULES = [
 _TRITON = re.compile(r"triton_([a-z]+)_")
 
 
-def _triton(name, low):
+def _triton(low):
     kind = _TRITON.match(low).group(1)
     if kind == "for" or re.search(r"foreach|fused_sgd|_fused_adam|multi_tensor", low):
         return "optimizer"
@@ -95,7 +95,7 @@ def classify(name: str | None, cat: str = "kernel") -> str:
         return COPIES
     low = (name or "").lower()
     if _TRITON.match(low):
-        return _triton(name, low)
+        return _triton(low)
     for cls, pattern in _RULES:
         if pattern.search(low):
             return cls

@@ -430,3 +430,44 @@ def test_on_a_stored_scoped_trace_the_launch_wait_outside_the_forward_scope_is_s
         f"  (the verdict's {v['share']:.0%} is the GPU's idle inside train/forward_backward alone; launch-bound "
         f"{v['delays']['launch']:.0%} also counts the launch waits outside it)"
     )
+
+
+def test_a_delay_verdict_s_whole_sentence_says_the_measured_idle_the_copies_and_a_close_runner_up():
+    """The whole sentence of two delay verdicts: a copy-bound loop (the GPU idle 50%, copying 20%, computing 30%:
+    they add up to the step) and an input-bound one with launch waits within CLOSE of it (named as runner-up)."""
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.copy(t0, t0 + 500, t0 + 300, t0 + 500, 10_000_000)
+        loop.sync(t0 + 500, t0 + 520, op=None)
+        loop.kernel(t0 + 600, t0 + 610, 300)
+    v = loop.read()["verdict"]
+    assert v["sentence"] == (
+        "The GPU idles for 50% of the step and copies for 20% of it; copying input to the GPU holds the step (52% of "
+        "it): 1 host-to-device copies a step, 10.0 MB from pageable memory at 50.0 GB/s. Next: pinned memory with "
+        "non_blocking=True copies, a prefetch stream, smaller inputs (uint8, not float), or decoding on the GPU, then "
+        "time the change without the profiler, a few runs each way. The trace shows no input source (no DataLoader, "
+        "no --input-scope): a wait for input would read as host work."
+    )
+    assert v["runner_up"] is None and v["delays"]["compute"] == pytest.approx(0.3)
+    loop = Loop()
+    for n in range(3):
+        t0 = n * 1000
+        loop.step(n + 1, t0, t0 + 1000)
+        loop.cpu(LOADER, t0, t0 + 400)
+        for i in range(18):
+            loop.kernel(t0 + 400 + 20 * i + 1, t0 + 400 + 20 * i + 7, 2)
+        loop.kernel(t0 + 800, t0 + 810, 180)
+    v = loop.read()["verdict"]
+    assert v["sentence"] == (
+        "The GPU idles for 78% of the step; waiting for input holds the step (40% of it), closely followed by "
+        "host-side launch overhead (38%): the main thread is inside enumerate(DataLoader)#...__next__ while the GPU "
+        "idles, 0.40 ms a step. Next: more DataLoader workers within the job's CPUs, a cheaper transform, or input "
+        "prepared on the GPU, then time the change without the profiler, a few runs each way."
+    )
+    assert v["runner_up"] == {
+        "stage": "host-side launch overhead",
+        "part": "launch",
+        "share": pytest.approx(0.37833, abs=1e-4),
+    }

@@ -306,8 +306,8 @@ def report(runs: list[dict[str, Any]]) -> str:
             for r in profile
         ]
         out += [
-            "profile: what the traces show, over the traced steps whose input waits the capture did not hide "
-            "; profiler slow-down = profiled step / unprofiled step of the same run (the "
+            "profile: what the traces show, over the traced steps whose input waits the capture did not hide; "
+            "profiler slow-down = profiled step / unprofiled step of the same run (the "
             "steps timed before and after the capture pooled; its interval covers the ratio against either block)",
             table(["run", "configuration", "capture", "device"] + [title for _, title, _ in EVIDENCE], rows),
         ]

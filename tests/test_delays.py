@@ -93,7 +93,7 @@ def test_an_input_bound_loop_is_named_input_wait_with_its_share():
     assert "inside enumerate(DataLoader)" in v["sentence"] and "workers" in v["next"]
 
 
-def test_a_pageable_copy_bound_loop_is_named_copy_with_bytes_memory_and_rate():
+def pageable_copy_bound():
     loop = Loop()
     for n in range(3):
         t0 = n * 1000
@@ -101,7 +101,11 @@ def test_a_pageable_copy_bound_loop_is_named_copy_with_bytes_memory_and_rate():
         loop.copy(t0, t0 + 500, t0 + 300, t0 + 500, 10_000_000)  # the host stages 0-300, the GPU copies 300-500
         loop.sync(t0 + 500, t0 + 520, op=None)  # PyTorch's sync after a pageable copy: the copy's, not a sync
         loop.kernel(t0 + 600, t0 + 610, 300)
-    ev = loop.read()
+    return loop
+
+
+def test_a_pageable_copy_bound_loop_is_named_copy_with_bytes_memory_and_rate():
+    ev = pageable_copy_bound().read()
     v = ev["verdict"]
     assert v["part"] == "copy", v["sentence"]
     # idle 0-300 (host copying) + GPU copying alone 300-500 + the 20 µs the host waited in the copy's sync; the
@@ -435,14 +439,7 @@ def test_on_a_stored_scoped_trace_the_launch_wait_outside_the_forward_scope_is_s
 def test_a_delay_verdict_s_whole_sentence_says_the_measured_idle_the_copies_and_a_close_runner_up():
     """The whole sentence of two delay verdicts: a copy-bound loop (the GPU idle 50%, copying 20%, computing 30%:
     they add up to the step) and an input-bound one with launch waits within CLOSE of it (named as runner-up)."""
-    loop = Loop()
-    for n in range(3):
-        t0 = n * 1000
-        loop.step(n + 1, t0, t0 + 1000)
-        loop.copy(t0, t0 + 500, t0 + 300, t0 + 500, 10_000_000)
-        loop.sync(t0 + 500, t0 + 520, op=None)
-        loop.kernel(t0 + 600, t0 + 610, 300)
-    v = loop.read()["verdict"]
+    v = pageable_copy_bound().read()["verdict"]
     assert v["sentence"] == (
         "The GPU idles for 50% of the step and copies for 20% of it; copying input to the GPU holds the step (52% of "
         "it): 1 host-to-device copies a step, 10.0 MB from pageable memory at 50.0 GB/s. Next: pinned memory with "

@@ -452,9 +452,9 @@ def _delay_verdict(out, shares, evidences, parts, named, gap_known):
             text += f"; its largest wait is {DELAY_STAGES[second]} ({_pct(waits[second])})"
     else:
         # the GPU's measured idle; its copies with no kernel beside them are busy time, counted under copy
-        pace = sum(p["pace_us"] for p in parts)
-        idle = sum(p["gpu_idle_us"] for p in parts) / pace
-        copying = max(0.0, sum(p["gpu_busy_us"] for p in parts) / pace - shares["compute"] - shares["communication"])
+        span = sum(p["pace_us"] for p in parts)  # the parts' pooled pace (pace above is per step)
+        idle = sum(p["gpu_idle_us"] for p in parts) / span
+        copying = max(0.0, sum(p["gpu_busy_us"] for p in parts) / span - shares["compute"] - shares["communication"])
         text = (
             f"The GPU idles for {_pct(idle)} of the step"
             + (f" and copies for {_pct(copying)} of it" if copying >= 0.01 else "")

@@ -43,10 +43,21 @@ class Memory:
         self.devices: dict[str, Device] = {}
         self.unreadable = 0  # [memory] events without a finite time or numeric totals
         self.seen = 0  # events kept, all devices: each one's place in the file
+        self._by_id: dict[tuple[int, Any], Device] = {}  # (Device Type, Device Id): its device, once seen
 
     def add(self, ev: dict[str, Any]) -> None:
         """Keep one [memory] event's time, bytes and totals under its device."""
         args, ts = ev.get("args"), ev.get("ts")
+        if type(args) is dict and type(ts) is float and -_INF < ts < _INF:  # the common event: plain numbers
+            nbytes, allocated, reserved = args.get("Bytes"), args.get("Total Allocated"), args.get("Total Reserved")
+            kind, index = args.get("Device Type"), args.get("Device Id")
+            if type(nbytes) is int and type(allocated) is int and type(reserved) is int and type(kind) is int:
+                d = self._by_id.get((kind, index)) if type(index) in _INDEX_TYPES else None
+                if d is not None:
+                    d.records.add((_time_key(ts), self.seen, nbytes, allocated, reserved))
+                    d.count += 1
+                    self.seen += 1
+                    return
         if not isinstance(args, dict) or not _number(ts):
             self.unreadable += 1
             return
@@ -61,6 +72,8 @@ class Memory:
         d = self.devices.get(name)
         if d is None:
             d = self.devices[name] = Device()
+        if type(index) in _INDEX_TYPES:
+            self._by_id[(kind, index)] = d
         d.records.add((_time_key(float(ts)), self.seen, int(values[0]), int(values[1]), int(values[2])))
         d.count += 1
         self.seen += 1
@@ -74,9 +87,14 @@ class Memory:
 _SIGN = 1 << 63
 
 
+_INF = math.inf
+_INDEX_TYPES = (int, type(None))  # a Device Id that names a device the same way each time it is read
+_PACK, _UNPACK = struct.Struct("<d").pack, struct.Struct("<q").unpack
+
+
 def _time_key(ts: float) -> int:
     """An integer that sorts as the time does (the double's bits, negatives flipped); -0.0 reads as 0.0."""
-    bits = struct.unpack("<q", struct.pack("<d", ts + 0.0))[0]
+    bits = _UNPACK(_PACK(ts + 0.0))[0]
     return bits if bits >= 0 else -(bits + _SIGN) - 1
 
 

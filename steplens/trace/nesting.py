@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from steplens.trace.spill import SortedRecords
+from steplens.trace.spill import Runs, SortedRecords
 
 GPU_TRACK_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 PYTHON_CAT = "python_function"
@@ -441,3 +441,104 @@ class Crossing:
         for n, group in itertools.groupby(self.records, key=lambda r: r[0]):
             found[int(n)] = _crossing((s, -neg_e) for _, s, neg_e in group)
         return {thread: found[n] for thread, n in self.ids.items() if found.get(n)}
+
+
+class Slices:
+    """DropCount and Crossing at once, from one record per complete event, for the one-pass read (timeline.quick).
+
+    Each event is one record (ts_ns, -end_ns, start, -end) of its track in spill.Runs (the runs a thread lists in
+    order, on disk past a chunk): the integer ns of Perfetto's rule, counted from the trace's first event, and
+    the µs floats of the crossing check (start -inf: not a CPU slice). Read once per track, sorted by the first
+    two, they give both figures where that order is exact for both: no two events share a track, start and end
+    (they could be one event written twice, which fingerprints tell apart), and the CPU slices' floats come in
+    their own order (start, then the longest first). Else finish() answers False, and the trace is read again
+    the exact way (timeline.read). So it does where a track's records come in more than MAX_RUNS runs."""
+
+    MAX_RUNS = 256
+
+    def __init__(self):
+        self.ids: dict[tuple[Any, Any], int] = {}  # every track with a complete event, numbered as first seen
+        self.cpu: dict[int, tuple[Any, Any]] = {}  # the tracks with a CPU slice, in the order first seen
+        self.records = Runs("d", 4)
+        self.drops = 0
+        self.crossing: dict[tuple[Any, Any], int] = {}
+
+    def finish(self) -> bool:
+        """Count both figures (read once); False where the sorted records cannot give them exactly."""
+        try:
+            return self._count()
+        finally:
+            self.records.close()
+
+    def _count(self) -> bool:
+        drops, crossing, inf = 0, {}, float("-inf")
+        for track, n in self.ids.items():
+            if self.records.runs(n) > self.MAX_RUNS:
+                return False
+            ends, durs, cpu_ends = [], [], []  # the open slices (Perfetto's stack; the crossing check's)
+            cpu_n = 0
+            last = last_end = last_s = last_e = None
+            for ts, neg_end, s, neg_e in self.records.sorted(n):  # ns (exact in a double), then µs
+                if ts == last and neg_end == last_end:  # two events alike on one track: perhaps one written twice
+                    return False
+                last, last_end = ts, neg_end
+                # Perfetto's rule (accepts, inline): pop what has closed; drop a slice that ends past an open one
+                end = -neg_end
+                dur = end - ts
+                if ends and ends[-1] > ts:  # the common case: the innermost open slice is still open
+                    if ends[-1] < end:
+                        drops += 1
+                    else:
+                        ends.append(end)
+                        durs.append(dur)
+                else:
+                    i, kept = len(ends) - 1, True
+                    while i >= 0:
+                        top_end, d = ends[i], durs[i]
+                        if top_end < ts or (top_end == ts and not (d == 0 and dur == 0)):
+                            ends.pop()  # the importer pops the top here, whichever level it looked at
+                            durs.pop()
+                            i -= 1
+                            continue
+                        if ts < top_end < end:
+                            kept = False
+                            break
+                        if top_end > ts:
+                            break
+                        i -= 1
+                    if kept:
+                        ends.append(end)
+                        durs.append(dur)
+                    else:
+                        drops += 1
+                if s == inf:  # not a CPU slice
+                    continue
+                if last_s is not None and (s < last_s or (s == last_s and neg_e < last_e)):
+                    return False  # the floats' order is not the ns order
+                last_s, last_e = s, neg_e
+                e = -neg_e  # _crossing, inline
+                while cpu_ends and cpu_ends[-1] <= s + 1e-3:
+                    cpu_ends.pop()
+                if cpu_ends and e > cpu_ends[-1] + 1e-3:
+                    cpu_n += 1
+                cpu_ends.append(e)
+            if cpu_n:
+                crossing[track] = cpu_n
+        self.drops = drops
+        self.crossing = {track: crossing[track] for track in self.cpu.values() if track in crossing}
+        return True
+
+    def count(self) -> int:
+        """DropCount.count's answer (after finish)."""
+        return self.drops
+
+    def counts(self) -> dict[tuple[Any, Any], int]:
+        """Crossing.counts' answer (after finish)."""
+        return dict(self.crossing)
+
+    def threads(self) -> list[tuple[Any, Any]]:
+        """Crossing.threads' answer: the tracks with a CPU slice, in the order first seen."""
+        return list(self.cpu.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.cpu)

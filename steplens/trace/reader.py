@@ -186,12 +186,32 @@ class _Stream:
 META_KEYS = ("deviceProperties",)
 
 
-def iter_events(path: str, chunk: int = 1 << 20, meta: dict[str, Any] | None = None) -> Iterator[Any]:
-    """The trace's events one by one, from a {"traceEvents": [...], ...} object or a bare array.
+class Events:
+    """A trace's events, read as they are iterated (once per iteration): one by one, or as the lists of a few
+    hundred events that the reader parses at once (lists())."""
+
+    def __init__(self, path: str, chunk: int, meta: dict[str, Any] | None):
+        self.path, self.chunk, self.meta = path, chunk, meta
+        self._it: Iterator[Any] | None = None
+
+    def lists(self) -> Iterator[list[Any]]:
+        return _event_lists(self.path, self.chunk, self.meta)
+
+    def __iter__(self) -> Iterator[Any]:
+        return chain.from_iterable(self.lists())
+
+    def __next__(self) -> Any:
+        if self._it is None:
+            self._it = iter(self)
+        return next(self._it)
+
+
+def iter_events(path: str, chunk: int = 1 << 20, meta: dict[str, Any] | None = None) -> Events:
+    """The trace's events one by one, from a {"traceEvents": [...], ...} object or a bare array (Events).
 
     meta: where given, the top-level values named in META_KEYS are stored in it as the stream passes them,
     wherever they stand in the file; every other top-level value is skipped."""
-    return chain.from_iterable(_event_lists(path, chunk, meta))
+    return Events(path, chunk, meta)
 
 
 def _event_lists(path: str, chunk: int, meta: dict[str, Any] | None) -> Iterator[list[Any]]:

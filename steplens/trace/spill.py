@@ -21,7 +21,8 @@ import tempfile
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
-from itertools import chain
+from itertools import chain, compress, islice
+from operator import eq, gt
 from typing import Any
 
 from steplens.trace.reader import TraceError
@@ -136,20 +137,9 @@ class SortedRecords:
             raise
 
     def _write(self, out: array) -> None:
-        """Write every byte of out at the file's end, or raise SpillError: a short write is retried for the rest,
-        and a write that makes no progress is an error (never a silently shorter run)."""
+        """Write every byte of out at the file's end (_write_all)."""
         data = memoryview(out.tobytes())
-        fd, done = self.file.fileno(), 0
-        while done < len(data):
-            try:
-                wrote = os.pwrite(fd, data[done:], self.end + done)
-            except OSError as e:
-                raise SpillError(
-                    f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): {e.strerror}"
-                ) from e
-            if wrote <= 0:
-                raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): no byte written")
-            done += wrote
+        _write_all(self.file.fileno(), data, self.end)
         self.end += len(data)
         self.spilled_bytes += len(data)
 
@@ -168,32 +158,8 @@ class SortedRecords:
             yield part.tolist() if w == 1 else list(zip(*(part[i::w] for i in range(w))))
 
     def _merged(self, runs: list[tuple[int, int]]) -> Iterator[list]:
-        """The records of several runs in sorted order, as sorted lists: each round takes, from every run's current
-        block, the records up to the smallest of the blocks' last records (no later record of any run is
-        smaller), and sorts them together, which for a few sorted pieces is a merge in C."""
-        heads = []
-        for run in runs:
-            blocks = self._blocks(*run)
-            first = next(blocks, None)
-            if first:
-                heads.append([first, blocks])
-        while heads:
-            bound = min(h[0][-1] for h in heads)
-            out, pieces = [], 0
-            for h in heads:
-                block = h[0]
-                k = bisect_right(block, bound)
-                if k == len(block):
-                    out += block
-                    h[0] = next(h[1], None)
-                elif k:
-                    out += block[:k]
-                    h[0] = block[k:]
-                pieces += k > 0
-            heads = [h for h in heads if h[0]]
-            if pieces > 1:  # one piece is sorted already
-                out.sort()
-            yield out
+        """The records of several runs in sorted order, as sorted lists (merged)."""
+        return merged([self._blocks(*run) for run in runs])
 
     def __iter__(self) -> Iterator[Any]:
         """Every record, sorted. Read once: the records are released (and the temp file closed) as they go."""
@@ -228,6 +194,159 @@ class SortedRecords:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def merged(runs: list[Iterator[list]]) -> Iterator[list]:
+    """The records of several sorted runs (each given as sorted lists, a block at a time) in sorted order, as
+    sorted lists: each round takes, from every run's current block, the records up to the smallest of the blocks'
+    last records (no later record of any run is smaller), and sorts them together, which for a few sorted
+    pieces is a merge in C."""
+    heads = []
+    for blocks in runs:
+        first = next(blocks, None)
+        if first:
+            heads.append([first, blocks])
+    while heads:
+        bound = min(h[0][-1] for h in heads)
+        out, pieces = [], 0
+        for h in heads:
+            block = h[0]
+            k = bisect_right(block, bound)
+            if k == len(block):
+                out += block
+                h[0] = next(h[1], None)
+            elif k:
+                out += block[:k]
+                h[0] = block[k:]
+            pieces += k > 0
+        heads = [h for h in heads if h[0]]
+        if pieces > 1:  # one piece is sorted already
+            out.sort()
+        yield out
+
+
+class Runs:
+    """Records of `width` numbers per group, added in any order, read once per group in sorted order: cheap where
+    each group's records come as a few sorted runs (a trace's thread lists its operators in order, then its
+    Python functions in order), since a run is written as it came and only merged.
+
+    Each group's new records are held as width columns (arrays), add() gives them: append one number to each
+    column a record (or extend each by as many), count the records in `added`, and call flush() once `added`
+    reaches the chunk. flush() cuts each group's new records into sorted runs (where the first two numbers go
+    down) and writes them to an unnamed temp file (spill_dir), a run that goes on from the group's last one
+    joined to it. runs(group) is the number of runs so far; sorted(group) its records as sorted tuples, merged
+    from the file BUFFER records per run at a time. Nothing is written while the records fit one chunk."""
+
+    def __init__(self, typecode: str, width: int, chunk: int | None = None):
+        self.typecode, self.width = typecode, width
+        self.chunk = chunk or CHUNK
+        self.itemsize = array(typecode).itemsize
+        self.new: list[tuple[array, ...]] = []  # each group's records not yet written, as columns
+        self.segments: list[list[list[tuple[int, int]]]] = []  # each group's runs: (byte offset, records) pieces
+        self.tails: list[tuple | None] = []  # each group's last record written
+        self.added = 0
+        self.file = None
+        self.end = 0
+
+    def add(self) -> tuple[array, ...]:
+        """A new group (numbered in the order made): the columns its records are appended to."""
+        self.new.append(tuple(array(self.typecode) for _ in range(self.width)))
+        self.segments.append([])
+        self.tails.append(None)
+        return self.new[-1]
+
+    def runs(self, group: int) -> int:
+        """The sorted runs of the group's written records."""
+        return len(self.segments[group])
+
+    def flush(self) -> None:
+        """Write every group's new records, run by run (see the class)."""
+        try:
+            if self.file is None:
+                self.file = _temp_file()
+            for g, columns in enumerate(self.new):
+                if columns[0]:
+                    self._write(g, columns)
+            self.added = 0
+        except BaseException:
+            self.close()
+            raise
+
+    def _write(self, g: int, columns: tuple[array, ...]) -> None:
+        first, second = columns[0], columns[1]
+        k = len(first)
+        cuts = list(compress(range(1, k), map(gt, first, islice(first, 1, None))))
+        ties = compress(range(1, k), map(eq, first, islice(first, 1, None)))
+        cuts += [i for i in ties if second[i - 1] > second[i]]
+        cuts.sort()
+        runs, tail = self.segments[g], self.tails[g]
+        a = 0
+        for b in [*cuts, k]:
+            if tail is None or tail > tuple(c[a] for c in columns):
+                runs.append([])
+            data = memoryview(b"".join(c[a:b].tobytes() for c in columns))
+            _write_all(self.file.fileno(), data, self.end)
+            runs[-1].append((self.end, b - a))
+            self.end += len(data)
+            tail = tuple(c[b - 1] for c in columns)
+            a = b
+        self.tails[g] = tail
+        for c in columns:
+            del c[:]  # the same arrays: callers keep them
+
+    def _blocks(self, segments: list[tuple[int, int]]) -> Iterator[list]:
+        """One run's records as sorted lists of tuples, BUFFER records at a time."""
+        return (list(zip(*columns)) for columns in self._columns(segments))
+
+    def _columns(self, segments: list[tuple[int, int]]) -> Iterator[list[array]]:
+        """One run's records as columns, BUFFER records at a time."""
+        w, fd, size = self.width, self.file.fileno(), self.itemsize
+        for offset, n in segments:
+            done = 0
+            while done < n:
+                k = min(BUFFER, n - done)
+                columns = []
+                for i in range(w):  # a segment holds its records column after column
+                    want = k * size
+                    data = os.pread(fd, want, offset + (i * n + done) * size)
+                    if len(data) != want:
+                        raise SpillError(f"the sort's temp file in {spill_dir()} was cut short while read")
+                    part = array(self.typecode)
+                    part.frombytes(data)
+                    columns.append(part)
+                done += k
+                yield columns
+
+    def sorted(self, group: int) -> Iterator[tuple]:
+        """The group's records as tuples, sorted (read once)."""
+        columns = self.new[group]
+        if self.file is None:  # nothing written: sorted in memory
+            return iter(sorted(zip(*columns)))
+        if columns[0]:
+            self._write(group, columns)
+        runs = self.segments[group]
+        if len(runs) == 1:  # no merge: the tuples are made as they are read
+            return chain.from_iterable(zip(*columns) for columns in self._columns(runs[0]))
+        return chain.from_iterable(merged([self._blocks(run) for run in runs]))
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _write_all(fd: int, data: memoryview, at: int) -> None:
+    """Write every byte of data at offset `at`, or raise SpillError: a short write is retried for the rest, and a
+    write that makes no progress is an error (never a silently shorter run)."""
+    done = 0
+    while done < len(data):
+        try:
+            wrote = os.pwrite(fd, data[done:], at + done)
+        except OSError as e:
+            raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): {e.strerror}") from e
+        if wrote <= 0:
+            raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): no byte written")
+        done += wrote
 
 
 def median(values: SortedRecords) -> float | None:

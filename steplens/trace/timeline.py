@@ -2,9 +2,13 @@
 
 import bisect
 import math
+import statistics
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from itertools import compress, islice, repeat
+from math import isfinite
+from operator import add, eq, is_, mod, mul, ne, neg
 from typing import Any
 
 from steplens.scopes import KNOWN
@@ -24,6 +28,7 @@ from steplens.trace.calls import (  # noqa: F401 (read as timeline.NAME by the e
     WORK_CALLS,
 )
 from steplens.trace.intervals import total, union
+from steplens.trace.reader import Events
 
 
 class Trace:
@@ -92,45 +97,54 @@ def extract(
                 t.sync_ops.append((ev["name"], s, e, ev.get("tid")))
             if cat == "python_function" or cat == "cpu_op":
                 continue
-        name = ev.get("name", "")
-        args = ev.get("args") or {}
-        if cat == "user_annotation":
-            if name.startswith(damage.STEP_PREFIX):
-                num = step_number(name)
-                if num is None:
-                    t.damage.add("unreadable_step", ev, True)
-                elif e <= s:
-                    t.damage.add("empty_step", ev, True)
-                else:
-                    t.steps.append((num, s, e))
-                    t.exported = t.exported or PROFILER_ARG in args
-            elif name in scopes:
-                t.scopes[name].append([s, e])
-                if args.get("External id") is not None:
-                    t.scope_ids[args["External id"]] = (name, s)
-            elif name.startswith(LOADER_PREFIX):
-                t.loader.append([s, e])
+        _keep(t, ev, cat, ev.get("name", ""), ev.get("args") or {}, s, e, names, scopes)
+    return _finish(t, first, last)
+
+
+def _keep(t: Trace, ev: dict[str, Any], cat: str, name: str, args: dict[str, Any], s: float, e: float,
+          names: dict[str, str], scopes: set[str]) -> None:  # fmt: skip
+    """What the figures keep of a complete event that is neither a Python function nor a CPU operator."""
+    if cat == "user_annotation":
+        if name.startswith(damage.STEP_PREFIX):
+            num = step_number(name)
+            if num is None:
+                t.damage.add("unreadable_step", ev, True)
+            elif e <= s:
+                t.damage.add("empty_step", ev, True)
             else:
-                t.named[names.setdefault(name, name)].append([s, e])
-        elif cat in GPU_CATS:
-            if cat == "kernel":
-                kind = "kernel"
-            elif cat == "gpu_memset":
-                kind = "memset"
-            else:
-                kind = "h2d" if "HtoD" in name else "memcpy"
-            stream = args.get("stream", args.get(nesting.OVERLAP_ARG))  # a sibling track's event: its own stream
-            t.gpu.append(kind, s, e, stream, args.get("correlation"), _bytes(args.get("bytes")), name)
-            if kind == "kernel" and "nccl" in name.lower():
-                t.comm.add(len(t.gpu) - 1)
-        elif cat in ("cuda_runtime", "cuda_driver"):
-            t.runtime.append(name, s, e, args.get("correlation"))
-            if name in SYNC_CALLS or name in BLOCKING_COPY_CALLS:
-                t.sync_calls.append((name, s, e, ev.get("tid")))
-        elif cat == "gpu_user_annotation":
-            t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
-        elif cat == CAPTURE_CAT:
-            t.captures.append((s, e))
+                t.steps.append((num, s, e))
+                t.exported = t.exported or PROFILER_ARG in args
+        elif name in scopes:
+            t.scopes[name].append([s, e])
+            if args.get("External id") is not None:
+                t.scope_ids[args["External id"]] = (name, s)
+        elif name.startswith(LOADER_PREFIX):
+            t.loader.append([s, e])
+        else:
+            t.named[names.setdefault(name, name)].append([s, e])
+    elif cat in GPU_CATS:
+        if cat == "kernel":
+            kind = "kernel"
+        elif cat == "gpu_memset":
+            kind = "memset"
+        else:
+            kind = "h2d" if "HtoD" in name else "memcpy"
+        stream = args.get("stream", args.get(nesting.OVERLAP_ARG))  # a sibling track's event: its own stream
+        t.gpu.append(kind, s, e, stream, args.get("correlation"), _bytes(args.get("bytes")), name)
+        if kind == "kernel" and "nccl" in name.lower():
+            t.comm.add(len(t.gpu) - 1)
+    elif cat in ("cuda_runtime", "cuda_driver"):
+        t.runtime.append(name, s, e, args.get("correlation"))
+        if name in SYNC_CALLS or name in BLOCKING_COPY_CALLS:
+            t.sync_calls.append((name, s, e, ev.get("tid")))
+    elif cat == "gpu_user_annotation":
+        t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
+    elif cat == CAPTURE_CAT:
+        t.captures.append((s, e))
+
+
+def _finish(t: Trace, first: float | None, last: float | None) -> Trace:
+    """The checks of a whole timeline, once its events are read."""
     t.cpu_span = (first, last) if first is not None else None
     t.steps.sort()
     soundness.check_steps(t)
@@ -138,6 +152,272 @@ def extract(
     coverage_damage(t)
     soundness.check(t)
     return t
+
+
+_INF = float("inf")
+_EXACT = float(1 << 53) / 1000.0  # below this, a whole number of µs times 1000 is exact in a double
+_EXACT_NS = 1 << 53  # the records hold ns in doubles: exact up to here
+_NOT_CPU = float("-inf")  # a Slices record's start where the event is no CPU slice
+_IDS = frozenset((int, str, type(None)))  # what a pid or tid may be
+_NO_ARGS: dict[str, Any] = {}  # the args of an event without any (never changed)
+
+
+def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
+    """extract's Trace in one pass, or None where this pass cannot be sure of it: then read() reads the trace the
+    exact way (extract, twice where events were written twice). It reads only the common event (an object; a
+    complete event with a name, non-negative finite numbers, near the trace's time) and gives up at the first
+    other; it sorts each complete event once for both nesting figures (nesting.Slices), which also tells where
+    two events could be one written twice. Whatever it answers is what extract answers on the same events.
+
+    events: a list, any iterable, or the reader's Events, whose lists (a few hundred events parsed at once) are
+    read whole where they can be: a list whose complete events all lie on one CPU thread is checked and kept
+    by C-level passes over its columns (_OnePass.bulk), any other event by event (_OnePass.each)."""
+    lists = events.lists() if isinstance(events, Events) else _batches(events)
+    one = _OnePass(tap)
+    try:
+        for part in lists:
+            if not (one.anchor is not None and one.bulk(part)) and not one.each(part):
+                return None
+        return one.end()
+    finally:  # given up, or stopped (a damaged file, a full disk, Ctrl-C): the trace and the temp file are closed
+        lists.close()
+        one.found.records.close()
+
+
+def _batches(events: Iterable[Any], size: int = 4096) -> Iterator[list[Any]]:
+    """The events as lists of at most size."""
+    it = iter(events)
+    while part := list(islice(it, size)):
+        yield part
+
+
+_FAST_CATS = frozenset(("python_function", "cpu_op"))  # complete events kept by their record alone (and SYNC_OPS)
+_CPU_CATS = frozenset(CPU_SLICE_CATS)
+_SLOW = _CPU_CATS - {"python_function", "cpu_op"}  # a CPU slice that _keep reads
+_FLOAT, _STR, _DICT, _ARGS = {float}, {str}, {dict}, {dict, type(None)}
+_get = dict.get
+
+
+class _OnePass:
+    """quick's state, shared by its two ways of reading a list of events."""
+
+    def __init__(self, tap: Tap | None):
+        self.t = t = Trace()
+        self.found = t.complete = t.threads = nesting.Slices()
+        self.tap, self.names, self.scopes = tap, {}, set(KNOWN)
+        self.first = self.last = self.anchor = None
+        self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
+        self.added = 0  # records since the last flush
+
+    def track(self, pid: Any, tid: Any) -> tuple[int, tuple[array, ...]]:
+        """The number of a (pid, tid) track and the columns its records go to."""
+        ids = self.found.ids
+        n = ids.get((pid, tid))
+        if n is None:
+            n = ids[(pid, tid)] = len(ids)
+            self.found.records.add()
+        return n, self.found.records.new[n]
+
+    def bulk(self, lst: list[Any]) -> bool:
+        """Keep a list whose complete events all lie on one CPU thread, by columns; False (nothing kept) where it
+        is not such a list, or holds anything each() would look at more closely."""
+        if not lst or set(map(type, lst)) != _DICT:
+            return False
+        phs = list(map(_get, lst, repeat("ph")))
+        xs = list(compress(lst, map(eq, phs, repeat("X"))))
+        if not xs:
+            return False
+        pids, tids = set(map(_get, xs, repeat("pid"))), set(map(_get, xs, repeat("tid")))
+        if len(pids) != 1 or len(tids) != 1:
+            return False
+        (pid,), (tid,) = pids, tids
+        if type(pid) not in _IDS or type(tid) not in _IDS:
+            return False
+        cats = list(map(_get, xs, repeat("cat")))
+        if not _CPU_CATS.issuperset(cats):
+            return False
+        ts, durs = list(map(_get, xs, repeat("ts"))), list(map(_get, xs, repeat("dur")))
+        if set(map(type, ts)) != _FLOAT or set(map(type, durs)) != _FLOAT:
+            return False
+        low, high = min(ts), max(ts)
+        if not (0.0 <= low and high < _EXACT and 0.0 <= min(durs) and max(durs) < _EXACT):
+            return False
+        if not (isfinite(sum(ts)) and isfinite(sum(durs))):  # a NaN, which min and max may pass over
+            return False
+        if high - self.anchor > damage.FAR_US or self.anchor - low > damage.FAR_US:
+            return False
+        names = list(map(_get, xs, repeat("name")))
+        if set(map(type, names)) != _STR or not all(map(str.isprintable, names)):
+            return False
+        args = list(map(_get, xs, repeat("args")))
+        kinds = set(map(type, args))
+        if kinds != _DICT:  # no args is read as none, "args": null is damage (each)
+            if not kinds <= _ARGS or any(
+                map(dict.__contains__, compress(xs, map(is_, args, repeat(None))), repeat("args"))
+            ):
+                return False
+        tns = _ns(ts)
+        if tns is None or (dns := _ns(durs)) is None:
+            return False
+        # every event is the common one: keep them
+        take = self.t.memory.take
+        for ev in compress(lst, map(ne, phs, repeat("X"))):
+            take(ev)
+        ends = list(map(add, ts, durs))
+        n, (starts, neg_ends, cpu_starts, cpu_neg_ends) = self.track(pid, tid)
+        starts.extend(tns)
+        neg_ends.extend(map(neg, map(add, tns, dns)))
+        cpu_starts.extend(ts)
+        cpu_neg_ends.extend(map(neg, ends))
+        if n not in self.found.cpu:
+            self.found.cpu[n] = (pid, tid)
+        first, last = low, max(ends)
+        self.first = first if self.first is None or first < self.first else self.first
+        self.last = last if self.last is None or last > self.last else self.last
+        if self.tap is not None:
+            for ev, s, dur in zip(xs, ts, durs):
+                self.tap(ev, s, dur)
+        if not _FAST_CATS.issuperset(cats) or not SYNC_OPS.isdisjoint(names):
+            t, keep = self.t, _keep
+            wanted = _SLOW if SYNC_OPS.isdisjoint(names) else _SLOW | {"cpu_op"}
+            for i in compress(range(len(xs)), map(wanted.__contains__, cats)):
+                cat = cats[i]
+                if cat == "cpu_op":
+                    if names[i] in SYNC_OPS:
+                        t.sync_ops.append((names[i], ts[i], ends[i], tid))
+                else:
+                    keep(t, xs[i], cat, names[i], args[i] or _NO_ARGS, ts[i], ends[i], self.names, self.scopes)
+        self.added += len(xs)
+        if self.added >= self.found.records.chunk:
+            self.found.records.flush()
+            self.added = 0
+        return True
+
+    def each(self, events: list[Any]) -> bool:
+        """Keep the events one by one; False at the first one quick does not read."""
+        t, found, tap, names, scopes = self.t, self.found, self.tap, self.names, self.scopes
+        ids, cpu, take, records = found.ids, found.cpu, t.memory.take, found.records
+        chunk, added = records.chunk, self.added
+        first, last, anchor, early = self.first, self.last, self.anchor, self.early
+        last_pid = last_tid = n = track = on_cpu = None
+        starts = neg_ends = cpu_starts = cpu_neg_ends = None
+        far = damage.FAR_US
+        for ev in events:
+            if type(ev) is not dict:
+                return False
+            if ev.get("ph") != "X":
+                take(ev)
+                continue
+            ts, dur, name, args = ev.get("ts"), ev.get("dur"), ev.get("name"), ev.get("args")
+            pid, tid = ev.get("pid"), ev.get("tid")
+            if type(ts) is float and type(dur) is float:
+                if not (0.0 <= ts < _INF and 0.0 <= dur < _INF):
+                    return False
+                s = ts  # nesting._float_ns, inline: a whole number below _EXACT times 1000 is exact
+                if ts >= _EXACT and ts.is_integer():
+                    tn = int(ts) * 1000
+                else:
+                    r = ts * 1000.0
+                    tn = int(r)
+                    if r - tn >= 0.5:
+                        tn += 1
+                if dur >= _EXACT and dur.is_integer():
+                    dn = int(dur) * 1000
+                else:
+                    r = dur * 1000.0
+                    dn = int(r)
+                    if r - dn >= 0.5:
+                        dn += 1
+            elif type(ts) in (int, float) and type(dur) in (int, float):
+                if not (0 <= ts < _INF and 0 <= dur < _INF):
+                    return False
+                s, tn, dur, dn = float(ts), nesting.to_ns(ts), float(dur), nesting.to_ns(dur)
+            else:
+                return False
+            if type(args) is not dict:
+                if args is not None or "args" in ev:  # no args is read as none; "args": null is damage
+                    return False
+                args = _NO_ARGS
+            if not (type(name) is str and type(pid) in _IDS and type(tid) in _IDS):
+                return False
+            if not name.isprintable():
+                return False
+            if anchor is None:
+                early.append(s)
+                if len(early) == damage.ANCHOR_EVENTS:
+                    anchor = _anchor(early)
+                    if anchor is None:
+                        return False
+            elif s - anchor > far or anchor - s > far:
+                return False
+            if tn + dn > _EXACT_NS:  # ns past 2**53 are not exact in the records' doubles
+                return False
+            e = s + dur
+            if tid != last_tid or pid != last_pid or starts is None:
+                track = (pid, tid)
+                n = ids.get(track)
+                if n is None:
+                    n = ids[track] = len(ids)
+                    records.add()
+                (starts, neg_ends, cpu_starts, cpu_neg_ends), on_cpu = records.new[n], n in cpu
+                last_pid, last_tid = pid, tid
+            if tap is not None:
+                tap(ev, s, dur)
+            cat = ev.get("cat", "")
+            starts.append(tn)
+            neg_ends.append(-(tn + dn))
+            if cat == "python_function" or cat in _CPU_CATS:
+                cpu_starts.append(s)
+                cpu_neg_ends.append(-e)
+                if not on_cpu:
+                    cpu[n], on_cpu = track, True
+                if first is None:
+                    first, last = s, e
+                else:
+                    if s < first:
+                        first = s
+                    if e > last:
+                        last = e
+                if cat == "python_function":
+                    pass
+                elif cat == "cpu_op":
+                    if name in SYNC_OPS:
+                        t.sync_ops.append((name, s, e, tid))
+                else:
+                    _keep(t, ev, cat, name, args, s, e, names, scopes)
+            else:
+                cpu_starts.append(_NOT_CPU)
+                cpu_neg_ends.append(0.0)
+                _keep(t, ev, cat, name, args, s, e, names, scopes)
+            added += 1
+            if added >= chunk:
+                records.flush()
+                added = 0
+        self.added, self.first, self.last, self.anchor = added, first, last, anchor
+        return True
+
+    def end(self) -> Trace | None:
+        if self.anchor is None and self.early and _anchor(self.early) is None:
+            return None
+        _finish(self.t, self.first, self.last)
+        if not self.found.finish():
+            return None
+        return self.t
+
+
+def _ns(values: list[float]) -> list[int] | None:
+    """nesting._float_ns of each value (each below _EXACT: times 1000 exact where whole), in C: round(), which
+    differs from llround only on a half, and None where there is one (then each() reads them)."""
+    r = list(map(mul, values, repeat(1000.0)))
+    if 0.5 in map(mod, r, repeat(1.0)):
+        return None
+    return list(map(round, r))
+
+
+def _anchor(starts: list[float]) -> float | None:
+    """The trace's time (the median of its first starts), or None where one of them lies far from it."""
+    mid = statistics.median(starts)
+    return None if any(abs(s - mid) > damage.FAR_US for s in starts) else mid
 
 
 def step_number(name: str) -> int | None:
@@ -152,6 +432,9 @@ def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None
     """The timeline of a trace that can be read twice: a second pass removes events written twice.
     tap: called at the start of each pass, it returns the Tap that pass gives its kept events to (see extract):
     a second pass starts afresh."""
+    t = quick(open_events(), tap() if tap else None)
+    if t is not None:
+        return t
     keys = spill.SortedRecords("q", 1)  # each event's fingerprint: sorted on disk past a chunk
     t = extract(open_events(), keys=keys, tap=tap() if tap else None)
     twice = repeated(keys)

@@ -1,0 +1,289 @@
+"""The one-pass read (timeline.quick) against the exact read it stands in for (timeline.extract, twice where
+events were written twice): the same timeline on random traces, whatever their order, and no answer where it
+cannot be sure of one. Also spill.Runs, the sort it stands on."""
+
+import json
+import os
+import random
+
+import pytest
+from conftest import ROOT
+
+from steplens.evidence import summarize
+from steplens.trace import damage, reader, spill, timeline
+
+CATS = ("python_function", "cpu_op", "user_annotation", "cuda_runtime")
+
+
+def nested(rng, start, end, depth=0):
+    """Slices that nest, as a call stack makes them: (start, end) pairs between start and end; some start where
+    their parent or the slice before ends, some last no time."""
+    out, t = [], start
+    while len(out) < 10:
+        a = t if rng.random() < 0.3 else t + rng.uniform(0, 3)
+        if a >= end:
+            break
+        b = a if rng.random() < 0.05 else a + rng.uniform(0, min(40.0, end - a))
+        out.append((a, b))
+        if depth < 4 and b - a > 2:
+            out += nested(rng, a, b, depth + 1)
+        t = b if rng.random() < 0.3 else b + rng.uniform(0, 2)
+    return out
+
+
+def times(rng, value, kind):
+    return {"ns": round(value, 3), "int": int(value), "any": value}[kind]
+
+
+def random_trace(seed):
+    """A step loop's events: two families of slices on the main thread (each nested in itself, crossing the
+    other), a second thread, launches, kernels that overlap on one stream, [memory] events; listed family by
+    family (as a profiler writes them), cut into pieces and some swapped; sometimes an event written twice."""
+    rng = random.Random(seed)
+    base = rng.choice([0.0, 1000.0, 5.4e12])
+    kind = rng.choice(["ns", "ns", "int", "any"])
+    families, corr = [], 0
+    for fam, cat in enumerate(rng.sample(CATS, 3)):
+        events = []
+        for a, b in nested(rng, 0.0, 400.0):
+            tid = 2 if rng.random() < 0.1 else 1
+            ev = {"ph": "X", "cat": cat, "name": f"{cat}{rng.randrange(5)}", "pid": 1, "tid": tid}
+            ev.update(ts=times(rng, base + a, kind), dur=times(rng, b - a, kind))
+            if cat == "cuda_runtime":
+                corr += 1
+                ev["name"] = "cudaLaunchKernel"
+                ev["args"] = {"correlation": corr}
+            elif rng.random() < 0.7:
+                ev["args"] = {"Ev Idx": rng.randrange(100)}
+            events.append(ev)
+        events.sort(key=lambda ev: (ev["ts"], -ev["dur"]))
+        families.append(events)
+    steps = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1,
+              "ts": times(rng, base + 100.0 * k, kind), "dur": times(rng, 100.0, kind), "args": {}}
+             for k in range(4)]  # fmt: skip
+    gpu = []
+    for k in range(rng.randrange(1, 30)):
+        a = rng.uniform(0, 400)
+        gpu.append({"ph": "X", "cat": rng.choice(["kernel", "kernel", "gpu_memcpy"]), "name": f"k{k % 3}", "pid": 0,
+                    "tid": 7, "ts": times(rng, base + a, kind), "dur": times(rng, rng.uniform(0, 9), kind),
+                    "args": {"stream": 7, "correlation": rng.randrange(1, corr + 2)}})  # fmt: skip
+    memory = [{"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+               "ts": times(rng, base + rng.uniform(0, 400), kind),
+               "args": {"Bytes": 512, "Total Allocated": 512 * (k + 1), "Total Reserved": 4096, "Device Type": 1,
+                        "Device Id": 0}} for k in range(rng.randrange(0, 20))]  # fmt: skip
+    pieces = []
+    for events in [*families, steps, gpu, memory]:
+        cut = sorted(rng.sample(range(len(events) + 1), min(len(events) + 1, rng.randrange(1, 4))))
+        pieces += [events[a:b] for a, b in zip([0, *cut], [*cut, len(events)]) if a < b]
+    if rng.random() < 0.3:
+        rng.shuffle(pieces)
+    out = [ev for piece in pieces for ev in piece]
+    for _ in range(rng.randrange(0, 3)):  # a few events out of place
+        i, j = rng.randrange(len(out)), rng.randrange(len(out))
+        out[i], out[j] = out[j], out[i]
+    if rng.random() < 0.15:  # an event written twice
+        out.append(dict(rng.choice([ev for ev in out if ev["ph"] == "X"])))
+    return out
+
+
+class Lists(reader.Events):
+    """Events given as the reader gives them: lists of a few events (so that whole lists lie on one thread)."""
+
+    def __init__(self, events, size):
+        self.events, self.size = events, size
+
+    def lists(self):
+        return (self.events[i : i + self.size] for i in range(0, len(self.events), self.size))
+
+
+def timeline_of(t):
+    """Everything a timeline holds that a figure reads, as plain values."""
+    return {
+        "steps": t.steps,
+        "scopes": dict(t.scopes),
+        "scope_ids": t.scope_ids,
+        "loader": t.loader,
+        "named": dict(t.named),
+        "gpu": list(t.gpu),
+        "gpu_names": [t.gpu.name(i) for i in range(len(t.gpu))],
+        "runtime": list(t.runtime),
+        "annotations": t.annotations,
+        "comm": sorted(t.comm),
+        "sync_calls": t.sync_calls,
+        "sync_ops": t.sync_ops,
+        "captures": t.captures,
+        "cpu_span": t.cpu_span,
+        "exported": t.exported,
+        "drops": t.complete.count(),
+        "crossing": t.threads.counts(),
+        "threads": t.threads.threads(),
+        "damage": t.damage.report(),
+        "memory": {name: d.count for name, d in t.memory.devices.items()},
+    }
+
+
+@pytest.fixture
+def small_runs(monkeypatch):
+    """Chunks of 16 records and blocks of 4: a few hundred events flush and merge many times. The trace's time
+    is fixed by its first 11 complete events (not 1001), after which quick reads whole lists."""
+    monkeypatch.setattr(spill, "CHUNK", 16)
+    monkeypatch.setattr(spill, "BUFFER", 4)
+    monkeypatch.setattr(damage, "ANCHOR_EVENTS", 11)
+
+
+def exact(events):
+    """The timeline as the exact read gives it (extract; twice where events were written twice)."""
+    keys = spill.SortedRecords("q", 1)
+    t = timeline.extract(list(events), keys=keys)
+    twice = timeline.repeated(keys)
+    return timeline.extract(list(events), skip=damage.Skip(twice)) if twice else t
+
+
+def test_the_one_pass_read_is_the_exact_read_on_random_traces(small_runs, monkeypatch):
+    """On 120 random traces, read as lists of 1 to 40 events: wherever quick answers, its timeline is the exact
+    read's, field by field; where it does not (events written twice, times that do not sort alike in ns and
+    µs), read() gives the exact read's. Both of quick's ways of reading a list are used, and it answers on
+    most (70 of 120 at least: whole-µs times make many slices alike)."""
+    used = {"bulk": 0, "each": 0}
+    real_bulk, real_each = timeline._OnePass.bulk, timeline._OnePass.each
+
+    def bulk(self, lst):
+        done = real_bulk(self, lst)
+        used["bulk"] += done
+        return done
+
+    def each(self, lst):
+        used["each"] += 1
+        return real_each(self, lst)
+
+    monkeypatch.setattr(timeline._OnePass, "bulk", bulk)
+    monkeypatch.setattr(timeline._OnePass, "each", each)
+    answered = 0
+    for seed in range(120):
+        events = random_trace(seed)
+        want = timeline_of(exact(events))
+        got = timeline.quick(Lists(events, 1 + seed % 40))
+        if got is not None:
+            answered += 1
+            assert timeline_of(got) == want, seed
+        assert timeline_of(timeline.read(lambda: Lists(events, 7))) == want, seed
+    assert answered >= 70, answered
+    assert used["bulk"] > 100 and used["each"] > 100, used
+
+
+def test_quick_gives_up_where_it_cannot_be_sure_and_read_counts_the_damage():
+    """No answer from quick on an event written twice, two events alike on a track, a NaN, a time far from the
+    trace's, a non-object, "args": null; read() then counts what extract counts."""
+    ok = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 5.0, "args": {}}
+          for i in range(5)]  # fmt: skip
+    assert timeline.quick(ok) is not None
+    alike = dict(ok[2], name="other")
+    cases = {
+        "written twice": ok + [dict(ok[1])],
+        "alike": ok + [alike],
+        "nan": ok + [dict(ok[1], ts=float("nan"))],
+        "far": ok + [dict(ok[1], ts=1e13)],
+        "non-object": ok + [[1, 2]],
+        "args null": ok + [dict(ok[1], args=None, ts=60.0)],
+    }
+    for name, events in cases.items():
+        assert timeline.quick(events) is None, name
+        assert timeline_of(timeline.read(lambda: events)) == timeline_of(exact(events)), name
+    assert timeline.read(lambda: cases["written twice"]).damage.counts == {"duplicate": 1}
+    assert timeline.read(lambda: cases["alike"]).damage.counts == {}  # two events, both kept
+
+
+def test_a_stored_trace_reads_the_same_whole_either_way(monkeypatch):
+    """The evidence of a stored H100 trace, as summarize prints it (--json), is the same from the one-pass read
+    and from the exact read (quick made to give up)."""
+    path = os.path.join(ROOT, "results", "h100-delays", "input.pt.trace.json.gz")
+    fast = summarize.summarize_file(path)
+    monkeypatch.setattr(timeline, "quick", lambda events, tap=None: None)
+    assert json.dumps(summarize.summarize_file(path)) == json.dumps(fast)
+
+
+def test_runs_give_every_record_back_sorted_from_few_runs_or_many(small_runs):
+    """Records added in runs (a few long, then many short, then at random) come back per group exactly as
+    sorted() gives them, through flushes and merges; the runs are counted as they are cut."""
+    rng = random.Random(3)
+    runs = spill.Runs("d", 3)
+    groups = [runs.add() for _ in range(3)]
+    added = [[], [], []]
+    for g, columns in enumerate(groups):
+        for piece in range(4 if g == 0 else 40):
+            start = rng.uniform(0, 100)
+            for k in range(rng.randrange(1, 30)):
+                record = (start + k, -rng.uniform(0, 5), float(g))
+                for column, value in zip(columns, record):
+                    column.append(value)
+                added[g].append(record)
+                runs.added += 1
+                if runs.added >= runs.chunk:
+                    runs.flush()
+    assert runs.file is not None and runs.runs(0) <= 4 < runs.runs(1)
+    for g in range(3):
+        assert list(runs.sorted(g)) == sorted(added[g]), g
+    runs.close()
+
+
+def test_whole_lists_read_the_rare_event_as_the_exact_read_does(small_runs):
+    """Lists read whole (one thread, after the trace's time is fixed) that hold a rare event: a start half a ns
+    past a whole one (llround rounds it up, round() would not), a slice that ends 1 ns after the slice it
+    starts in (1 ns of slack: no crossing), "args": null, an event far from the trace's time. quick answers
+    the exact read's timeline, or nothing."""
+    ok = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 100.0 + 10 * i, "dur": 4.0, "args": {}}
+          for i in range(20)]  # fmt: skip
+    rare = {
+        "half ns": [dict(ok[0], ts=399.0, dur=1.001), dict(ok[0], ts=400.0005, dur=2.0)],  # starts as the first ends
+        "1 ns past": [dict(ok[0], ts=400.0, dur=5.0), dict(ok[0], ts=401.0, dur=4.001, cat="python_function")],
+        "args null": [dict(ok[0], ts=400.0, args=None)],
+        "far": [dict(ok[0], ts=400.0 + 2 * damage.FAR_US)],
+    }
+    answers = {}
+    for name, extra in rare.items():
+        events = ok + extra
+        got = timeline.quick(Lists(events, 20))
+        answers[name] = got is not None
+        if got is not None:
+            assert timeline_of(got) == timeline_of(exact(events)), name
+    assert answers == {"half ns": True, "1 ns past": True, "args null": False, "far": False}, answers
+    half = timeline.quick(Lists(ok + rare["half ns"], 20))
+    assert half.complete.count() == 0 and timeline_of(half)["crossing"] == {}
+
+
+def test_the_blocks_kept_do_not_grow_with_the_events(monkeypatch):
+    """A trace of 2 steps and the same trace scaled to 6 (inside the test: 5,000 Python slices a step): what is
+    still allocated once the timeline is read (tracemalloc, with the timeline alive) grows by under one block
+    per 100 added events and under 2 bytes an event. Kept in memory, the records would add 32 bytes an event;
+    kept as objects, a block or more. Small chunks (2,048 records) put both traces past them."""
+    import tracemalloc
+
+    monkeypatch.setattr(spill, "CHUNK", 2048)
+
+    def trace(steps, slices=5000):
+        events = []
+        for n in range(steps):
+            t0 = 1000.0 + n * (2.0 * slices + 110.0)
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1,
+                           "ts": t0, "dur": 2.0 * slices + 100.0, "args": {}})  # fmt: skip
+            events += [{"ph": "X", "cat": "python_function", "name": f"f{i % 50}", "pid": 1, "tid": 1,
+                        "ts": t0 + 3 + 2 * i, "dur": 1.5, "args": {}} for i in range(slices)]  # fmt: skip
+        return events
+
+    def kept(events):
+        """(blocks, bytes) still allocated with the timeline alive."""
+        tracemalloc.start()
+        try:
+            t = timeline.quick(Lists(events, 500))
+            assert t is not None and len(t.steps) == len(events) // 5001
+            blocks = sum(stat.count for stat in tracemalloc.take_snapshot().statistics("filename"))
+            return blocks, tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+
+    small, large = trace(2), trace(6)
+    kept(small)  # the first read imports and caches what every later one shares
+    (blocks_small, bytes_small), (blocks_large, bytes_large) = kept(small), kept(large)
+    added = len(large) - len(small)
+    assert (blocks_large - blocks_small) / added < 0.01, (blocks_small, blocks_large)
+    assert (bytes_large - bytes_small) / added < 2, (bytes_small, bytes_large)

@@ -22,10 +22,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "results", "mutation")
 
-# test_verdict's tests built from figures written out by hand (the others read stored traces or run train.py)
+# test_verdict's tests built from figures written out by hand (the others read stored traces or run train.py),
+# and test_verdict_units's
 VERDICT_FAST = (
     "test_diagnosis or never_given or close_runner_up or profiler_may_have or next_step_of_a_gpu"
-    " or communication_kernels or runner_up_window"
+    " or communication_kernels or runner_up_window or verdict_units"
 )
 # test_delays's tests of the delay verdict on hand-made traces (its others read stored traces)
 DELAYS_FAST = "(test_delays and not stored and not own_run and not scope_share)"
@@ -44,19 +45,27 @@ MODULES = {
             "tests/test_diagnosis.py",
             "tests/test_verdict.py",
             "tests/test_delays.py",
+            "tests/test_verdict_units.py",
             "-k",
             f"({VERDICT_FAST}) or {DELAYS_FAST}",
         ],
     ),
     "attribution": (
         "steplens/evidence/attribution.py",
-        ["tests/test_attribution.py", "tests/test_summarize.py", "tests/test_kernels.py", "-k", NOT_SLOW],
+        [
+            "tests/test_attribution.py",
+            "tests/test_attribution_units.py",
+            "tests/test_summarize.py",
+            "tests/test_kernels.py",
+            "-k",
+            NOT_SLOW,
+        ],
     ),
     "kernels": ("steplens/trace/kernels.py", ["tests/test_kernels.py", "-k", NOT_SLOW]),
     "nesting": ("steplens/trace/nesting.py", ["tests/test_nesting.py", "-k", NOT_SLOW]),
     "distortion": (
         "steplens/evidence/distortion.py",
-        ["tests/test_distortion.py", "tests/test_profiling.py", "-k", NOT_SLOW],
+        ["tests/test_distortion.py", "tests/test_distortion_units.py", "tests/test_profiling.py", "-k", NOT_SLOW],
     ),
     "settings": ("steplens/job/settings.py", ["tests/test_settings.py"]),
     "checks": (

@@ -206,7 +206,7 @@ def no_input_reason(evidences: list[dict[str, Any]]) -> str:
     return "; ".join(dict.fromkeys((ev.get("input_source") or {}).get("null_reason") or NO_INPUT for ev in evidences))
 
 
-def _cpu_verdict(out, cpu, wall, named, no_input=NO_INPUT, own=True, loader=True):
+def _cpu_verdict(out, cpu, wall, named, no_input, own, loader):
     """A CPU-only trace: the largest CPU part holds the step (it cannot tell whether a GPU would wait)."""
     if not cpu:
         out["sentence"] = (
@@ -388,9 +388,7 @@ def _verdict(evidences: list[dict[str, Any]], parts: list[dict[str, Any]]) -> di
     if found is not None:
         out["delays"] = found
     if not has_scopes and found is not None:  # a loop without the scopes: the delays name the stage
-        return _delay_verdict(
-            out, found, evidences, parts, named, gap_known=sum_known(parts, lambda p: p.get("input_gap_us"))
-        )
+        return _delay_verdict(out, found, evidences, parts, gap_known=sum_known(parts, lambda p: p.get("input_gap_us")))
     shares, gap = _gpu_shares(parts, has_scopes, hosts)
     idle_parts = [k for k in shares if k != "busy"]
     part = "busy" if shares["busy"] >= GPU_BOUND_AT else max(idle_parts, key=shares.get)
@@ -432,7 +430,7 @@ def delay_shares(parts: list[dict[str, Any]]) -> dict[str, float] | None:
     return {c: sum(p["delays_us"].get(c, 0.0) for p in parts) / pace for c in delays.CLASSES}
 
 
-def _delay_verdict(out, shares, evidences, parts, named, gap_known):
+def _delay_verdict(out, shares, evidences, parts, gap_known):
     """The verdict of a GPU trace without the scopes: GPU compute when busy for GPU_BOUND_AT of the step, else
     the largest delay, each with the line of figures behind it and the class of fix that fits."""
     waits = {c: v for c, v in shares.items() if c != "compute"}

@@ -62,7 +62,8 @@ MODULES = {
         ],
     ),
     "kernels": ("steplens/trace/kernels.py", ["tests/test_kernels.py", "-k", NOT_SLOW]),
-    "nesting": ("steplens/trace/nesting.py", ["tests/test_nesting.py", "-k", NOT_SLOW]),
+    # test_onepass: the one-pass read's nesting figures (Slices) against the exact read's, on random traces
+    "nesting": ("steplens/trace/nesting.py", ["tests/test_nesting.py", "tests/test_onepass.py", "-k", NOT_SLOW]),
     "distortion": (
         "steplens/evidence/distortion.py",
         ["tests/test_distortion.py", "tests/test_distortion_units.py", "tests/test_profiling.py", "-k", NOT_SLOW],

@@ -287,3 +287,18 @@ def test_the_blocks_kept_do_not_grow_with_the_events(monkeypatch):
     added = len(large) - len(small)
     assert (blocks_large - blocks_small) / added < 0.01, (blocks_small, blocks_large)
     assert (bytes_large - bytes_small) / added < 2, (bytes_small, bytes_large)
+
+
+def test_ids_names_and_cats_of_any_json_type_neither_crash_nor_differ(small_runs):
+    """A pid, tid, name or cat that is a list, an object or null, in a list read whole or event by event: the
+    one-pass read gives up or gives the exact read's timeline, and never fails on an unhashable value."""
+    ok = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 4.0, "args": {}}
+          for i in range(20)]  # fmt: skip
+    for field in ("pid", "tid", "name", "cat"):
+        for value in ([1], {"a": 1}, None):
+            events = ok + [dict(ok[0], ts=300.0, **{field: value})]
+            want = timeline_of(exact(events))
+            for size in (1, 21):
+                got = timeline.quick(Lists(events, size))
+                assert got is None or timeline_of(got) == want, (field, value, size)
+            assert timeline_of(timeline.read(lambda: events)) == want, (field, value)

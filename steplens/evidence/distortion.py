@@ -391,8 +391,7 @@ def loop_timings(
         s["step"]: (s["wall_us"] / 1e6, (s["scopes_cpu_us"].get(evidences[c["cycle"]]["scope_set"][0]) or 0.0) / 1e6)
         for c in cycles
         for s in evidences[c["cycle"]]["steps"]
-        if 0 <= s["step"] < n
-    }
+    }  # a step outside the loop's n is never read
     compute, waits = [None] * n, [None] * n
     for i in range(n):
         if took[i] is not None and waited[i] is not None:
@@ -428,11 +427,8 @@ def capture_account(
         figures["profiler_distortion_se"],
         figures["profiler_distortion_df"],
     )
-    bracket = {
-        k: v
-        for k, v in figures.items()
-        if k not in ("unprofiled_step_ms", "profiler_distortion", "profiler_distortion_se", "profiler_distortion_df")
-    }  # distortion_interval's figures
+    # distortion_interval's figures: the three set above come again, with the same values, in their places
+    bracket = {k: v for k, v in figures.items() if k != "profiler_distortion_df"}
     interval = None if bracket["distortion_low"] is None else (bracket["distortion_low"], bracket["distortion_high"])
     return {
         "detail": capture["detail"],

@@ -500,10 +500,11 @@ def summarize_file(
     """The evidence of one trace file (summarize_events).
 
     with_roofline: the evidence also carries "roofline", the roofline by kernel class (see roofline.roofline,
-    which takes model), made from the same read of the file: one pass, or two where events were written twice,
-    as without it.
+    which takes model), made from the same read of the file: one pass, or three where events were written twice
+    (timeline.read), as without it.
     tap: what else a caller keeps from the same read (timeline.read's tap: called at the start of each pass, it
-    returns the function given each kept complete event); the file is still read once (twice with duplicates)."""
+    returns the function given each kept complete event); the file is still read once (three times with
+    duplicates)."""
     if not with_roofline:
         return summarize_trace(read(lambda: iter_events(path), tap), path, lanes, input_scope, step_scope)
     meta = {}

@@ -142,11 +142,8 @@ def breakdown(
     """
     fresh = events if callable(events) else (lambda: events)
     per, by_name, busy, kernel_us = {}, {}, 0, 0
-    classes_of = {}  # (name, cat): class, each classified once (a step launches the same kernels many times)
     for (name, cat, s, e), x in zip(fresh(), _shares(fresh)):
-        cls = classes_of.get((name, cat))
-        if cls is None:
-            cls = classes_of[(name, cat)] = classify(name, cat)
+        cls = classify(name, cat)
         c = per.setdefault(cls, {"count": 0, "us": 0.0, "kernel_us": 0.0, "durations": SortedRecords("d", 1)})
         c["count"] += 1
         c["us"] += x

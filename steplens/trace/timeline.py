@@ -227,14 +227,15 @@ class _OnePass:
         xs = list(compress(lst, map(eq, phs, repeat("X"))))
         if not xs:
             return False
-        pids, tids = set(map(_get, xs, repeat("pid"))), set(map(_get, xs, repeat("tid")))
+        pids, tids = list(map(_get, xs, repeat("pid"))), list(map(_get, xs, repeat("tid")))
+        if not (_IDS.issuperset(map(type, pids)) and _IDS.issuperset(map(type, tids))):
+            return False  # (before any set of them: a damaged id may be unhashable)
+        pids, tids = set(pids), set(tids)
         if len(pids) != 1 or len(tids) != 1:
             return False
         (pid,), (tid,) = pids, tids
-        if type(pid) not in _IDS or type(tid) not in _IDS:
-            return False
         cats = list(map(_get, xs, repeat("cat")))
-        if not _CPU_CATS.issuperset(cats):
+        if set(map(type, cats)) != _STR or not _CPU_CATS.issuperset(cats):
             return False
         ts, durs = list(map(_get, xs, repeat("ts"))), list(map(_get, xs, repeat("dur")))
         if set(map(type, ts)) != _FLOAT or set(map(type, durs)) != _FLOAT:
@@ -366,7 +367,7 @@ class _OnePass:
             cat = ev.get("cat", "")
             starts.append(tn)
             neg_ends.append(-(tn + dn))
-            if cat == "python_function" or cat in _CPU_CATS:
+            if cat == "python_function" or cat in CPU_SLICE_CATS:  # (a tuple: a damaged cat may be unhashable)
                 cpu_starts.append(s)
                 cpu_neg_ends.append(-e)
                 if not on_cpu:
@@ -429,9 +430,10 @@ def step_number(name: str) -> int | None:
 
 
 def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None = None) -> Trace:
-    """The timeline of a trace that can be read twice: a second pass removes events written twice.
+    """The timeline of a trace that can be read again: one pass (quick) where it is sure of it, else the exact
+    read (extract), whose second pass removes events written twice.
     tap: called at the start of each pass, it returns the Tap that pass gives its kept events to (see extract):
-    a second pass starts afresh."""
+    a later pass starts afresh."""
     t = quick(open_events(), tap() if tap else None)
     if t is not None:
         return t

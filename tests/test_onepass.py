@@ -302,3 +302,53 @@ def test_ids_names_and_cats_of_any_json_type_neither_crash_nor_differ(small_runs
                 got = timeline.quick(Lists(events, size))
                 assert got is None or timeline_of(got) == want, (field, value, size)
             assert timeline_of(timeline.read(lambda: events)) == want, (field, value)
+
+
+def test_records_alike_but_for_their_floats_merge_and_end(small_runs):
+    """Three events that start and end at the same ns on one track (one of them no CPU slice, so its floats
+    sort before the others'), written in two runs: the merge of the runs ends (runs are cut on whole records),
+    and quick gives up (two events alike), leaving the exact read's answer."""
+    one = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 500.0, "dur": 5.0}
+    events = [one, dict(one, name="b"), dict(one, name="c", cat="Trace"), dict(one, name="w", ts=100.0)]
+    events += [dict(one, name="v", ts=600.0)]
+    events += [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1000.0 + i, "dur": 0.5}
+               for i in range(16)]  # fmt: skip
+    assert timeline.quick(events) is None
+    assert timeline_of(timeline.read(lambda: events)) == timeline_of(exact(events))
+
+
+def test_ends_past_2_53_ns_and_times_past_104_days_are_exact(small_runs):
+    """Two slices whose ends, in ns, lie past 2**53 (not exact in a double): read whole or one by one, quick
+    gives up or answers the exact read's drop count. A trace whose clock reads past 2**53 ns (a host up more
+    than 104 days): quick answers, the exact read's timeline, counting ns from its first event."""
+    ok = [{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": 1100.0 + i, "dur": 0.5, "args": {}}
+          for i in range(20)]  # fmt: skip
+    a = dict(ok[0], name="a", ts=1000.0, dur=9007199254000.31)
+    b = dict(ok[0], name="b", ts=1001.0, dur=9007199253999.312)
+    for events in ([a, b] + ok, ok + [a, b]):
+        got = timeline.quick(Lists(events, 20))
+        assert got is None or got.complete.count() == exact(events).complete.count() == 1
+    late = [dict(ev, ts=ev["ts"] + 1.2e13) for ev in ok]
+    late += [dict(ok[0], ts=1.2e13 + 1105.0, dur=3.0), dict(ok[0], ts=1.2e13 + 1106.5, dur=3.0)]  # they cross
+    for size in (1, 22):
+        got = timeline.quick(Lists(late, size))
+        assert got is not None and timeline_of(got) == timeline_of(exact(late))
+        assert got.complete.count() == 1  # the second crosses the first and is dropped
+
+
+def test_records_in_no_order_give_up_at_the_first_chunk(small_runs):
+    """A thread listed latest first: every record its own run. quick gives up at the first flush that finds more
+    than 256 runs on a track, having read a few hundred of the 2,000 events; read() answers the exact way."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": 10000.0 - 3 * i, "dur": 1.0,
+               "args": {}} for i in range(2000)]  # fmt: skip
+    seen = []
+
+    class Counted(Lists):
+        def lists(self):
+            for part in super().lists():
+                seen.append(len(part))
+                yield part
+
+    assert timeline.quick(Counted(events, 10)) is None
+    assert sum(seen) < 400, sum(seen)
+    assert timeline_of(timeline.read(lambda: events)) == timeline_of(exact(events))

@@ -78,6 +78,11 @@ class Memory:
         d.count += 1
         self.seen += 1
 
+    def close(self) -> None:
+        """Close every device's temp file (records given up: the trace is read again)."""
+        for d in self.devices.values():
+            d.records.close()
+
     def take(self, ev: dict[str, Any]) -> None:
         """Keep ev where it is a [memory] event; any other event is left (damage.readable's other)."""
         if ev.get("ph") == "i" and ev.get("name") == MEMORY_EVENT:

@@ -452,9 +452,8 @@ class Slices:
     two, they give both figures where that order is exact for both: no two events share a track, start and end
     (they could be one event written twice, which fingerprints tell apart), and the CPU slices' floats come in
     their own order (start, then the longest first). Else finish() answers False, and the trace is read again
-    the exact way (timeline.read). So it does where a track's records come in more than MAX_RUNS runs."""
-
-    MAX_RUNS = 256
+    the exact way (timeline.read). So it does where a track's records come in more than 256 runs (Runs'
+    max_runs): in no order, they are for the exact read's sort."""
 
     def __init__(self):
         self.ids: dict[tuple[Any, Any], int] = {}  # every track with a complete event, numbered as first seen
@@ -472,9 +471,9 @@ class Slices:
 
     def _count(self) -> bool:
         drops, crossing, inf = 0, {}, float("-inf")
+        if self.records.file is not None and not self.records.flush():  # the records not yet written, too
+            return False
         for track, n in self.ids.items():
-            if self.records.runs(n) > self.MAX_RUNS:
-                return False
             ends, durs, cpu_ends = [], [], []  # the open slices (Perfetto's stack; the crossing check's)
             cpu_n = 0
             last = last_end = last_s = last_e = None

@@ -219,6 +219,8 @@ def merged(runs: list[Iterator[list]]) -> Iterator[list]:
                 out += block[:k]
                 h[0] = block[k:]
             pieces += k > 0
+        if not pieces:  # the block that holds the bound gives at least its records up to it, unless unsorted
+            raise ValueError("a run given to merged() is not sorted")
         heads = [h for h in heads if h[0]]
         if pieces > 1:  # one piece is sorted already
             out.sort()
@@ -232,14 +234,16 @@ class Runs:
 
     Each group's new records are held as width columns (arrays), add() gives them: append one number to each
     column a record (or extend each by as many), count the records in `added`, and call flush() once `added`
-    reaches the chunk. flush() cuts each group's new records into sorted runs (where the first two numbers go
-    down) and writes them to an unnamed temp file (spill_dir), a run that goes on from the group's last one
-    joined to it. runs(group) is the number of runs so far; sorted(group) its records as sorted tuples, merged
-    from the file BUFFER records per run at a time. Nothing is written while the records fit one chunk."""
+    reaches the chunk. flush() cuts each group's new records into sorted runs (where a record is smaller than
+    the one before) and writes them to an unnamed temp file (spill_dir), a run that goes on from the group's last
+    one joined to it; it answers False, writing nothing more, once a group has more than max_runs runs (records
+    that come in no order: merging them would cost more than a sort). sorted(group) gives the group's records as
+    sorted tuples, merged from the file BUFFER records per run at a time. Nothing is written while the records
+    fit one chunk."""
 
-    def __init__(self, typecode: str, width: int, chunk: int | None = None):
+    def __init__(self, typecode: str, width: int, chunk: int | None = None, max_runs: int = 256):
         self.typecode, self.width = typecode, width
-        self.chunk = chunk or CHUNK
+        self.chunk, self.max_runs = chunk or CHUNK, max_runs
         self.itemsize = array(typecode).itemsize
         self.new: list[tuple[array, ...]] = []  # each group's records not yet written, as columns
         self.segments: list[list[list[tuple[int, int]]]] = []  # each group's runs: (byte offset, records) pieces
@@ -259,27 +263,31 @@ class Runs:
         """The sorted runs of the group's written records."""
         return len(self.segments[group])
 
-    def flush(self) -> None:
-        """Write every group's new records, run by run (see the class)."""
+    def flush(self) -> bool:
+        """Write every group's new records, run by run (see the class); False where a group has too many runs."""
         try:
             if self.file is None:
                 self.file = _temp_file()
             for g, columns in enumerate(self.new):
-                if columns[0]:
-                    self._write(g, columns)
+                if columns[0] and not self._write(g, columns):
+                    return False
             self.added = 0
+            return True
         except BaseException:
             self.close()
             raise
 
-    def _write(self, g: int, columns: tuple[array, ...]) -> None:
-        first, second = columns[0], columns[1]
+    def _write(self, g: int, columns: tuple[array, ...]) -> bool:
+        first = columns[0]
         k = len(first)
         cuts = list(compress(range(1, k), map(gt, first, islice(first, 1, None))))
+        # where the first number ties, the rest decide (whole tuples: merged() bisects on them)
         ties = compress(range(1, k), map(eq, first, islice(first, 1, None)))
-        cuts += [i for i in ties if second[i - 1] > second[i]]
-        cuts.sort()
+        cuts += [i for i in ties if tuple(c[i - 1] for c in columns) > tuple(c[i] for c in columns)]
         runs, tail = self.segments[g], self.tails[g]
+        if len(runs) + len(cuts) > self.max_runs:
+            return False
+        cuts.sort()
         a = 0
         for b in [*cuts, k]:
             if tail is None or tail > tuple(c[a] for c in columns):
@@ -293,6 +301,7 @@ class Runs:
         self.tails[g] = tail
         for c in columns:
             del c[:]  # the same arrays: callers keep them
+        return len(runs) <= self.max_runs
 
     def _blocks(self, segments: list[tuple[int, int]]) -> Iterator[list]:
         """One run's records as sorted lists of tuples, BUFFER records at a time."""
@@ -318,12 +327,13 @@ class Runs:
                 yield columns
 
     def sorted(self, group: int) -> Iterator[tuple]:
-        """The group's records as tuples, sorted (read once)."""
+        """The group's records as tuples, sorted (read once; after a flush() that answered True where any was
+        written)."""
         columns = self.new[group]
         if self.file is None:  # nothing written: sorted in memory
             return iter(sorted(zip(*columns)))
-        if columns[0]:
-            self._write(group, columns)
+        if columns[0] and not self._write(group, columns):
+            raise ValueError(f"group {group}: more than {self.max_runs} sorted runs (see flush)")
         runs = self.segments[group]
         if len(runs) == 1:  # no merge: the tuples are made as they are read
             return chain.from_iterable(zip(*columns) for columns in self._columns(runs[0]))

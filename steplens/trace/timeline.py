@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, islice, repeat
 from math import isfinite
-from operator import add, eq, is_, mod, mul, ne, neg
+from operator import add, eq, is_, mod, mul, ne, neg, sub
 from typing import Any
 
 from steplens.scopes import KNOWN
@@ -176,10 +176,17 @@ def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
     one = _OnePass(tap)
     try:
         for part in lists:
-            if not (one.anchor is not None and one.bulk(part)) and not one.each(part):
+            if not (one.anchor is not None and one.bulk(part)) and not one.each(part) or one.full:
+                one.t.memory.close()
                 return None
-        return one.end()
-    finally:  # given up, or stopped (a damaged file, a full disk, Ctrl-C): the trace and the temp file are closed
+        t = one.end()
+        if t is None:
+            one.t.memory.close()
+        return t
+    except BaseException:  # stopped (a damaged file, a full disk, Ctrl-C): the temp files are closed on the way out
+        one.t.memory.close()
+        raise
+    finally:
         lists.close()
         one.found.records.close()
 
@@ -205,7 +212,8 @@ class _OnePass:
         self.t = t = Trace()
         self.found = t.complete = t.threads = nesting.Slices()
         self.tap, self.names, self.scopes = tap, {}, set(KNOWN)
-        self.first = self.last = self.anchor = None
+        self.first = self.last = self.anchor = self.base = None  # base: the ns the records count from
+        self.full = False  # a track's records came in too many runs (spill.Runs.flush)
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
         self.added = 0  # records since the last flush
 
@@ -241,7 +249,7 @@ class _OnePass:
         if set(map(type, ts)) != _FLOAT or set(map(type, durs)) != _FLOAT:
             return False
         low, high = min(ts), max(ts)
-        if not (0.0 <= low and high < _EXACT and 0.0 <= min(durs) and max(durs) < _EXACT):
+        if not (0.0 <= low and 0.0 <= min(durs)):
             return False
         if not (isfinite(sum(ts)) and isfinite(sum(durs))):  # a NaN, which min and max may pass over
             return False
@@ -257,8 +265,13 @@ class _OnePass:
                 map(dict.__contains__, compress(xs, map(is_, args, repeat(None))), repeat("args"))
             ):
                 return False
-        tns = _ns(ts)
-        if tns is None or (dns := _ns(durs)) is None:
+        tns, dns = _ns(ts, high), _ns(durs, max(durs))
+        if tns is None or dns is None:
+            return False
+        ens = list(map(add, tns, dns))
+        if self.base:  # (see each)
+            tns, ens = list(map(sub, tns, repeat(self.base))), list(map(sub, ens, repeat(self.base)))
+        if max(ens) >= _EXACT_NS or min(tns) <= -_EXACT_NS:
             return False
         # every event is the common one: keep them
         take = self.t.memory.take
@@ -267,7 +280,7 @@ class _OnePass:
         ends = list(map(add, ts, durs))
         n, (starts, neg_ends, cpu_starts, cpu_neg_ends) = self.track(pid, tid)
         starts.extend(tns)
-        neg_ends.extend(map(neg, map(add, tns, dns)))
+        neg_ends.extend(map(neg, ens))
         cpu_starts.extend(ts)
         cpu_neg_ends.extend(map(neg, ends))
         if n not in self.found.cpu:
@@ -290,7 +303,7 @@ class _OnePass:
                     keep(t, xs[i], cat, names[i], args[i] or _NO_ARGS, ts[i], ends[i], self.names, self.scopes)
         self.added += len(xs)
         if self.added >= self.found.records.chunk:
-            self.found.records.flush()
+            self.full = not self.found.records.flush()
             self.added = 0
         return True
 
@@ -299,7 +312,7 @@ class _OnePass:
         t, found, tap, names, scopes = self.t, self.found, self.tap, self.names, self.scopes
         ids, cpu, take, records = found.ids, found.cpu, t.memory.take, found.records
         chunk, added = records.chunk, self.added
-        first, last, anchor, early = self.first, self.last, self.anchor, self.early
+        first, last, anchor, early, base = self.first, self.last, self.anchor, self.early, self.base
         last_pid = last_tid = n = track = on_cpu = None
         starts = neg_ends = cpu_starts = cpu_neg_ends = None
         far = damage.FAR_US
@@ -351,7 +364,10 @@ class _OnePass:
                         return False
             elif s - anchor > far or anchor - s > far:
                 return False
-            if tn + dn > _EXACT_NS:  # ns past 2**53 are not exact in the records' doubles
+            if base is None:  # ns past 2**52 are counted from the first event's (records hold them in doubles)
+                base = self.base = tn if tn >= _EXACT_NS // 2 else 0
+            tn -= base
+            if tn + dn >= _EXACT_NS or tn <= -_EXACT_NS:  # not exact in a double
                 return False
             e = s + dur
             if tid != last_tid or pid != last_pid or starts is None:
@@ -392,8 +408,10 @@ class _OnePass:
                 _keep(t, ev, cat, name, args, s, e, names, scopes)
             added += 1
             if added >= chunk:
-                records.flush()
                 added = 0
+                if not records.flush():
+                    self.full = True
+                    return False
         self.added, self.first, self.last, self.anchor = added, first, last, anchor
         return True
 
@@ -406,11 +424,14 @@ class _OnePass:
         return self.t
 
 
-def _ns(values: list[float]) -> list[int] | None:
-    """nesting._float_ns of each value (each below _EXACT: times 1000 exact where whole), in C: round(), which
-    differs from llround only on a half, and None where there is one (then each() reads them)."""
+def _ns(values: list[float], high: float) -> list[int] | None:
+    """nesting._float_ns of each value (high: the largest), in C: round(), which differs from llround only on a
+    half, and from the whole µs times 1000 on a whole number past _EXACT; None where there is one of those
+    (then each() reads them)."""
     r = list(map(mul, values, repeat(1000.0)))
     if 0.5 in map(mod, r, repeat(1.0)):
+        return None
+    if high >= _EXACT and any(map(float.is_integer, values)):
         return None
     return list(map(round, r))
 

@@ -6,9 +6,7 @@ import statistics
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from itertools import compress, islice, repeat
-from math import isfinite
-from operator import add, eq, is_, mod, mul, ne, neg, sub
+from itertools import islice
 from typing import Any
 
 from steplens.scopes import KNOWN
@@ -169,14 +167,13 @@ def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
     other; it sorts each complete event once for both nesting figures (nesting.Slices), which also tells where
     two events could be one written twice. Whatever it answers is what extract answers on the same events.
 
-    events: a list, any iterable, or the reader's Events, whose lists (a few hundred events parsed at once) are
-    read whole where they can be: a list whose complete events all lie on one CPU thread is checked and kept
-    by C-level passes over its columns (_OnePass.bulk), any other event by event (_OnePass.each)."""
+    events: a list, any iterable, or the reader's Events (read as the lists of a few hundred events it parses at
+    once)."""
     lists = events.lists() if isinstance(events, Events) else _batches(events)
     one = _OnePass(tap)
     try:
         for part in lists:
-            if not (one.anchor is not None and one.bulk(part)) and not one.each(part) or one.full:
+            if not one.each(part) or one.full:
                 one.t.memory.close()
                 return None
         t = one.end()
@@ -198,13 +195,6 @@ def _batches(events: Iterable[Any], size: int = 4096) -> Iterator[list[Any]]:
         yield part
 
 
-_FAST_CATS = frozenset(("python_function", "cpu_op"))  # complete events kept by their record alone (and SYNC_OPS)
-_CPU_CATS = frozenset(CPU_SLICE_CATS)
-_SLOW = _CPU_CATS - {"python_function", "cpu_op"}  # a CPU slice that _keep reads
-_FLOAT, _STR, _DICT, _ARGS = {float}, {str}, {dict}, {dict, type(None)}
-_get = dict.get
-
-
 class _OnePass:
     """quick's state, shared by its two ways of reading a list of events."""
 
@@ -215,103 +205,11 @@ class _OnePass:
         self.first = self.last = self.anchor = self.base = None  # base: the ns the records count from
         self.full = False  # a track's records came in too many runs (spill.Runs.flush)
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
-        self.added = 0  # records since the last flush
-
-    def track(self, pid: Any, tid: Any) -> tuple[int, tuple[array, ...]]:
-        """The number of a (pid, tid) track and the columns its records go to."""
-        ids = self.found.ids
-        n = ids.get((pid, tid))
-        if n is None:
-            n = ids[(pid, tid)] = len(ids)
-            self.found.records.add()
-        return n, self.found.records.new[n]
-
-    def bulk(self, lst: list[Any]) -> bool:
-        """Keep a list whose complete events all lie on one CPU thread, by columns; False (nothing kept) where it
-        is not such a list, or holds anything each() would look at more closely."""
-        if not lst or set(map(type, lst)) != _DICT:
-            return False
-        phs = list(map(_get, lst, repeat("ph")))
-        xs = list(compress(lst, map(eq, phs, repeat("X"))))
-        if not xs:
-            return False
-        pids, tids = list(map(_get, xs, repeat("pid"))), list(map(_get, xs, repeat("tid")))
-        if not (_IDS.issuperset(map(type, pids)) and _IDS.issuperset(map(type, tids))):
-            return False  # (before any set of them: a damaged id may be unhashable)
-        pids, tids = set(pids), set(tids)
-        if len(pids) != 1 or len(tids) != 1:
-            return False
-        (pid,), (tid,) = pids, tids
-        cats = list(map(_get, xs, repeat("cat")))
-        if set(map(type, cats)) != _STR or not _CPU_CATS.issuperset(cats):
-            return False
-        ts, durs = list(map(_get, xs, repeat("ts"))), list(map(_get, xs, repeat("dur")))
-        if set(map(type, ts)) != _FLOAT or set(map(type, durs)) != _FLOAT:
-            return False
-        low, high = min(ts), max(ts)
-        if not (0.0 <= low and 0.0 <= min(durs)):
-            return False
-        if not (isfinite(sum(ts)) and isfinite(sum(durs))):  # a NaN, which min and max may pass over
-            return False
-        if high - self.anchor > damage.FAR_US or self.anchor - low > damage.FAR_US:
-            return False
-        names = list(map(_get, xs, repeat("name")))
-        if set(map(type, names)) != _STR or not all(map(str.isprintable, names)):
-            return False
-        args = list(map(_get, xs, repeat("args")))
-        kinds = set(map(type, args))
-        if kinds != _DICT:  # no args is read as none, "args": null is damage (each)
-            if not kinds <= _ARGS or any(
-                map(dict.__contains__, compress(xs, map(is_, args, repeat(None))), repeat("args"))
-            ):
-                return False
-        tns, dns = _ns(ts, high), _ns(durs, max(durs))
-        if tns is None or dns is None:
-            return False
-        ens = list(map(add, tns, dns))
-        if self.base:  # (see each)
-            tns, ens = list(map(sub, tns, repeat(self.base))), list(map(sub, ens, repeat(self.base)))
-        if max(ens) >= _EXACT_NS or min(tns) <= -_EXACT_NS:
-            return False
-        # every event is the common one: keep them
-        take = self.t.memory.take
-        for ev in compress(lst, map(ne, phs, repeat("X"))):
-            take(ev)
-        ends = list(map(add, ts, durs))
-        n, (starts, neg_ends, cpu_starts, cpu_neg_ends) = self.track(pid, tid)
-        starts.extend(tns)
-        neg_ends.extend(map(neg, ens))
-        cpu_starts.extend(ts)
-        cpu_neg_ends.extend(map(neg, ends))
-        if n not in self.found.cpu:
-            self.found.cpu[n] = (pid, tid)
-        first, last = low, max(ends)
-        self.first = first if self.first is None or first < self.first else self.first
-        self.last = last if self.last is None or last > self.last else self.last
-        if self.tap is not None:
-            for ev, s, dur in zip(xs, ts, durs):
-                self.tap(ev, s, dur)
-        if not _FAST_CATS.issuperset(cats) or not SYNC_OPS.isdisjoint(names):
-            t, keep = self.t, _keep
-            wanted = _SLOW if SYNC_OPS.isdisjoint(names) else _SLOW | {"cpu_op"}
-            for i in compress(range(len(xs)), map(wanted.__contains__, cats)):
-                cat = cats[i]
-                if cat == "cpu_op":
-                    if names[i] in SYNC_OPS:
-                        t.sync_ops.append((names[i], ts[i], ends[i], tid))
-                else:
-                    keep(t, xs[i], cat, names[i], args[i] or _NO_ARGS, ts[i], ends[i], self.names, self.scopes)
-        self.added += len(xs)
-        if self.added >= self.found.records.chunk:
-            self.full = not self.found.records.flush()
-            self.added = 0
-        return True
 
     def each(self, events: list[Any]) -> bool:
         """Keep the events one by one; False at the first one quick does not read."""
         t, found, tap, names, scopes = self.t, self.found, self.tap, self.names, self.scopes
         ids, cpu, take, records = found.ids, found.cpu, t.memory.take, found.records
-        chunk, added = records.chunk, self.added
         first, last, anchor, early, base = self.first, self.last, self.anchor, self.early, self.base
         last_pid = last_tid = n = track = on_cpu = None
         starts = neg_ends = cpu_starts = cpu_neg_ends = None
@@ -406,13 +304,10 @@ class _OnePass:
                 cpu_starts.append(_NOT_CPU)
                 cpu_neg_ends.append(0.0)
                 _keep(t, ev, cat, name, args, s, e, names, scopes)
-            added += 1
-            if added >= chunk:
-                added = 0
-                if not records.flush():
-                    self.full = True
-                    return False
-        self.added, self.first, self.last, self.anchor = added, first, last, anchor
+        self.first, self.last, self.anchor = first, last, anchor
+        if sum(len(columns[0]) for columns in records.new) >= records.chunk and not records.flush():
+            self.full = True  # (records are written a list at a time: a chunk and a list at most are held)
+            return False
         return True
 
     def end(self) -> Trace | None:
@@ -422,18 +317,6 @@ class _OnePass:
         if not self.found.finish():
             return None
         return self.t
-
-
-def _ns(values: list[float], high: float) -> list[int] | None:
-    """nesting._float_ns of each value (high: the largest), in C: round(), which differs from llround only on a
-    half, and from the whole µs times 1000 on a whole number past _EXACT; None where there is one of those
-    (then each() reads them)."""
-    r = list(map(mul, values, repeat(1000.0)))
-    if 0.5 in map(mod, r, repeat(1.0)):
-        return None
-    if high >= _EXACT and any(map(float.is_integer, values)):
-        return None
-    return list(map(round, r))
 
 
 def _anchor(starts: list[float]) -> float | None:

@@ -8,6 +8,7 @@ The rules (CLASSES, first match wins) were built from the kernel names of the st
 no rule knows goes to "other" and is listed. Where events overlap, each instant is charged once, so the classes
 sum to the GPU busy time. The classes and both invariants: docs/KERNELS.md#what-the-gpu-does-kernel-classes."""
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -102,6 +103,11 @@ def classify(name: str | None, cat: str = "kernel") -> str:
     return OTHER
 
 
+# classify of each (name, cat) once per breakdown (which empties it first): a trace's steps launch the same few
+# hundred kernels thousands of times
+_classified = functools.lru_cache(maxsize=4096)(classify)
+
+
 def exclusive(events: Sequence[tuple[Any, Any, float, float]]) -> list[float]:
     """Each event's (name, cat, start, end) share of the union of all intervals: the part past every event that
     started before it. The shares sum to the union, so a subset's shares are its part of the classes' time."""
@@ -142,8 +148,9 @@ def breakdown(
     """
     fresh = events if callable(events) else (lambda: events)
     per, by_name, busy, kernel_us = {}, {}, 0, 0
+    _classified.cache_clear()
     for (name, cat, s, e), x in zip(fresh(), _shares(fresh)):
-        cls = classify(name, cat)
+        cls = _classified(name, cat)
         c = per.setdefault(cls, {"count": 0, "us": 0.0, "kernel_us": 0.0, "durations": SortedRecords("d", 1)})
         c["count"] += 1
         c["us"] += x

@@ -15,6 +15,7 @@ where that folder is a RAM disk (tmpfs), a line on stderr says so once. The file
 made), so it is gone once closed, or once the process ends however it ends. A write that fails or stops short (a
 full disk: ENOSPC) raises SpillError, a TraceError: one line, never a silently shorter result."""
 
+import heapq
 import os
 import sys
 import tempfile
@@ -198,16 +199,26 @@ class SortedRecords:
 
 def merged(runs: list[Iterator[list]]) -> Iterator[list]:
     """The records of several sorted runs (each given as sorted lists, a block at a time) in sorted order, as
-    sorted lists: each round takes, from every run's current block, the records up to the smallest of the blocks'
-    last records (no later record of any run is smaller), and sorts them together, which for a few sorted
-    pieces is a merge in C."""
-    heads = []
-    for blocks in runs:
+    sorted lists: each round takes, from every started run's current block, the records up to the smallest of
+    those blocks' last records (no later record of any run is smaller), and sorts them together, which for a few
+    sorted pieces is a merge in C. A run joins the rounds once its first record is within the bound: runs that
+    follow one another in time (a long trace's captures) cost nothing while they wait."""
+    waiting = []  # (first record, place, first block, the run's other blocks) of the runs not started
+    for place, blocks in enumerate(runs):
         first = next(blocks, None)
         if first:
+            waiting.append((first[0], place, first, blocks))
+    heapq.heapify(waiting)
+    heads = []
+    while heads or waiting:
+        if not heads:
+            _, _, first, blocks = heapq.heappop(waiting)
             heads.append([first, blocks])
-    while heads:
         bound = min(h[0][-1] for h in heads)
+        while waiting and waiting[0][0] <= bound:
+            _, _, first, blocks = heapq.heappop(waiting)
+            heads.append([first, blocks])
+            bound = min(bound, first[-1])
         out, pieces = [], 0
         for h in heads:
             block = h[0]

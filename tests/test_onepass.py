@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from steplens.evidence import summarize
-from steplens.trace import damage, reader, spill, timeline
+from steplens.trace import damage, nesting, reader, spill, timeline
 
 CATS = ("python_function", "cpu_op", "user_annotation", "cuda_runtime")
 
@@ -336,4 +336,35 @@ def test_records_in_no_order_give_up_at_the_first_chunk(small_runs):
 
     assert timeline.quick(Counted(events, 10)) is None
     assert sum(seen) < 400, sum(seen)
+    assert timeline_of(timeline.read(lambda: events)) == timeline_of(exact(events))
+
+
+def test_slices_on_a_small_grid_count_as_the_exact_read(small_runs):
+    """Tracks of slices drawn from the (start, end) pairs of a grid of 0 to 5 µs, zero-length slices among them,
+    so that slices start where others end and last no time there (Perfetto's rule treats two such slices apart):
+    on 300 such tracks the one-pass read's drops and crossing slices are the exact read's."""
+    rng = random.Random(11)
+    pairs = [(a, b) for a in range(6) for b in range(a, 6)]
+    for seed in range(300):
+        picked = rng.sample(pairs, rng.randrange(2, 12))
+        cats = ["cpu_op" if rng.random() < 0.8 else "kernel" for _ in picked]
+        events = [{"ph": "X", "cat": cat, "name": f"s{i}", "pid": 1, "tid": 1, "ts": 100.0 + a, "dur": float(b - a),
+                   "args": {}} for i, ((a, b), cat) in enumerate(zip(picked, cats))]  # fmt: skip
+        rng.shuffle(events)
+        got = timeline.quick(Lists(events, 4))
+        want = exact(events)
+        assert got is not None, seed
+        assert (got.complete.count(), got.threads.counts()) == (want.complete.count(), want.threads.counts()), seed
+
+
+def test_too_many_runs_in_the_last_records_give_up_too(small_runs, monkeypatch):
+    """A track whose last records, not yet written when the read ends, come in more runs than allowed (3 here):
+    quick gives up at the end, and read() answers the exact way."""
+    monkeypatch.setattr(nesting.Slices, "MAX_RUNS", 3)
+    ok = [{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": 100.0 + 2 * i, "dur": 1.0, "args": {}}
+          for i in range(30)]  # fmt: skip
+    late = [dict(ok[0], ts=500.0 - 3 * i) for i in range(8)]  # latest first: 8 runs
+    events = ok + late
+    assert timeline.quick(Lists(events, 30)) is None
+    assert timeline.quick(Lists(ok + late[:2], 30)) is not None  # 3 runs: answered
     assert timeline_of(timeline.read(lambda: events)) == timeline_of(exact(events))

@@ -443,6 +443,9 @@ class Crossing:
         return {thread: found[n] for thread, n in self.ids.items() if found.get(n)}
 
 
+NOT_CPU = float("-inf")  # a Slices record's start where the event is no CPU slice
+
+
 class Slices:
     """DropCount and Crossing at once, from one record per complete event, for the one-pass read (timeline.quick).
 
@@ -452,15 +455,17 @@ class Slices:
     two, they give both figures where that order is exact for both: no two events share a track, start and end
     (they could be one event written twice, which fingerprints tell apart), and the CPU slices' floats come in
     their own order (start, then the longest first). Else finish() answers False, and the trace is read again
-    the exact way (timeline.read). So it does where a track's records come in more than 256 runs (Runs'
-    max_runs): in no order, they are for the exact read's sort."""
+    the exact way (timeline.read). So it does where a track's records come in more than MAX_RUNS runs: in no
+    order, they are for the exact read's sort."""
+
+    MAX_RUNS = 256
 
     def __init__(self):
         self.ids: dict[tuple[Any, Any], int] = {}  # every track with a complete event, numbered as first seen
         self.cpu: dict[int, tuple[Any, Any]] = {}  # the tracks with a CPU slice, in the order first seen
-        self.records = Runs("d", 4)
-        self.drops = 0
-        self.crossing: dict[tuple[Any, Any], int] = {}
+        self.records = Runs("d", 4, max_runs=self.MAX_RUNS)
+        self.drops: int  # both set by finish()
+        self.crossing: dict[tuple[Any, Any], int]
 
     def finish(self) -> bool:
         """Count both figures (read once); False where the sorted records cannot give them exactly."""
@@ -470,8 +475,8 @@ class Slices:
             self.records.close()
 
     def _count(self) -> bool:
-        drops, crossing, inf = 0, {}, float("-inf")
-        if self.records.file is not None and not self.records.flush():  # the records not yet written, too
+        drops, crossing = 0, {}
+        if not self.records.finish():
             return False
         for track, n in self.ids.items():
             ends, durs, cpu_ends = [], [], []  # the open slices (Perfetto's stack; the crossing check's)
@@ -510,7 +515,7 @@ class Slices:
                         durs.append(dur)
                     else:
                         drops += 1
-                if s == inf:  # not a CPU slice
+                if s == NOT_CPU:
                     continue
                 if last_s is not None and (s < last_s or (s == last_s and neg_e < last_e)):
                     return False  # the floats' order is not the ns order

@@ -288,6 +288,11 @@ class Runs:
             self.close()
             raise
 
+    def finish(self) -> bool:
+        """Before sorted(): the records not yet written go to the file where some already are (else they are
+        sorted in memory); False where a group then has too many runs."""
+        return self.file is None or self.flush()
+
     def _write(self, g: int, columns: tuple[array, ...]) -> bool:
         first = columns[0]
         k = len(first)

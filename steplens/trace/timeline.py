@@ -155,7 +155,6 @@ def _finish(t: Trace, first: float | None, last: float | None) -> Trace:
 _INF = float("inf")
 _EXACT = float(1 << 53) / 1000.0  # below this, a whole number of µs times 1000 is exact in a double
 _EXACT_NS = 1 << 53  # the records hold ns in doubles: exact up to here
-_NOT_CPU = float("-inf")  # a Slices record's start where the event is no CPU slice
 _IDS = frozenset((int, str, type(None)))  # what a pid or tid may be
 _NO_ARGS: dict[str, Any] = {}  # the args of an event without any (never changed)
 
@@ -301,7 +300,7 @@ class _OnePass:
                 else:
                     _keep(t, ev, cat, name, args, s, e, names, scopes)
             else:
-                cpu_starts.append(_NOT_CPU)
+                cpu_starts.append(nesting.NOT_CPU)
                 cpu_neg_ends.append(0.0)
                 _keep(t, ev, cat, name, args, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor

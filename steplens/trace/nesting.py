@@ -479,42 +479,23 @@ class Slices:
         if not self.records.finish():
             return False
         for track, n in self.ids.items():
-            ends, durs, cpu_ends = [], [], []  # the open slices (Perfetto's stack; the crossing check's)
+            ends, cpu_ends = [], []  # the ends of the open slices (Perfetto's stack; the crossing check's)
             cpu_n = 0
             last = last_end = last_s = last_e = None
             for ts, neg_end, s, neg_e in self.records.sorted(n):  # ns (exact in a double), then µs
                 if ts == last and neg_end == last_end:  # two events alike on one track: perhaps one written twice
                     return False
                 last, last_end = ts, neg_end
-                # Perfetto's rule (accepts, inline): pop what has closed; drop a slice that ends past an open one
+                # Perfetto's rule (accepts): pop what has closed, drop a slice that ends past an open one. With no
+                # two slices alike, the rule's one exception (two slices of no length at one time: the second is
+                # looked for deeper) cannot arise, so only the top of the stack is ever read.
                 end = -neg_end
-                dur = end - ts
-                if ends and ends[-1] > ts:  # the common case: the innermost open slice is still open
-                    if ends[-1] < end:
-                        drops += 1
-                    else:
-                        ends.append(end)
-                        durs.append(dur)
+                while ends and ends[-1] <= ts:
+                    ends.pop()
+                if ends and ends[-1] < end:
+                    drops += 1
                 else:
-                    i, kept = len(ends) - 1, True
-                    while i >= 0:
-                        top_end, d = ends[i], durs[i]
-                        if top_end < ts or (top_end == ts and not (d == 0 and dur == 0)):
-                            ends.pop()  # the importer pops the top here, whichever level it looked at
-                            durs.pop()
-                            i -= 1
-                            continue
-                        if ts < top_end < end:
-                            kept = False
-                            break
-                        if top_end > ts:
-                            break
-                        i -= 1
-                    if kept:
-                        ends.append(end)
-                        durs.append(dur)
-                    else:
-                        drops += 1
+                    ends.append(end)
                 if s == NOT_CPU:
                     continue
                 if last_s is not None and (s < last_s or (s == last_s and neg_e < last_e)):

@@ -201,7 +201,8 @@ class _OnePass:
         self.t = t = Trace()
         self.found = t.complete = t.threads = nesting.Slices()
         self.tap, self.names, self.scopes = tap, {}, set(KNOWN)
-        self.first = self.last = self.anchor = self.base = None  # base: the ns the records count from
+        self.first, self.last = _INF, -_INF  # the CPU slices' span
+        self.anchor = self.base = None  # base: the ns the records count from
         self.full = False  # a track's records came in too many runs (spill.Runs.flush)
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
 
@@ -221,37 +222,18 @@ class _OnePass:
                 continue
             ts, dur, name, args = ev.get("ts"), ev.get("dur"), ev.get("name"), ev.get("args")
             pid, tid = ev.get("pid"), ev.get("tid")
-            if type(ts) is float and type(dur) is float:
-                if not (0.0 <= ts < _INF and 0.0 <= dur < _INF):
-                    return False
-                s = ts  # nesting._float_ns, inline: a whole number below _EXACT times 1000 is exact
-                if ts >= _EXACT and ts.is_integer():
-                    tn = int(ts) * 1000
-                else:
-                    r = ts * 1000.0
-                    tn = int(r)
-                    if r - tn >= 0.5:
-                        tn += 1
-                if dur >= _EXACT and dur.is_integer():
-                    dn = int(dur) * 1000
-                else:
-                    r = dur * 1000.0
-                    dn = int(r)
-                    if r - dn >= 0.5:
-                        dn += 1
-            elif type(ts) in (int, float) and type(dur) in (int, float):
-                if not (0 <= ts < _INF and 0 <= dur < _INF):
-                    return False
+            if type(ts) is float and type(dur) is float and 0.0 <= ts < _EXACT and 0.0 <= dur < _EXACT:
+                s, r, q = ts, ts * 1000.0, dur * 1000.0  # nesting._float_ns, inline: llround of exact products
+                tn, dn = int(r), int(q)
+                tn += r - tn >= 0.5
+                dn += q - dn >= 0.5
+            elif type(ts) in (int, float) and type(dur) in (int, float) and 0 <= ts < _INF and 0 <= dur < _INF:
                 s, tn, dur, dn = float(ts), nesting.to_ns(ts), float(dur), nesting.to_ns(dur)
-            else:
+            else:  # a NaN, an infinity, a negative number, a string, a bool: the exact read counts the damage
                 return False
-            if type(args) is not dict:
-                if args is not None or "args" in ev:  # no args is read as none; "args": null is damage
-                    return False
-                args = _NO_ARGS
-            if not (type(name) is str and type(pid) in _IDS and type(tid) in _IDS):
-                return False
-            if not name.isprintable():
+            if type(args) is not dict and (args is not None or "args" in ev):  # "args": null is damage
+                return False  # (no args are read as none: _keep gets _NO_ARGS)
+            if not (type(name) is str and type(pid) in _IDS and type(tid) in _IDS and name.isprintable()):
                 return False
             if anchor is None:
                 early.append(s)
@@ -285,24 +267,20 @@ class _OnePass:
                 cpu_neg_ends.append(-e)
                 if not on_cpu:
                     cpu[n], on_cpu = track, True
-                if first is None:
-                    first, last = s, e
-                else:
-                    if s < first:
-                        first = s
-                    if e > last:
-                        last = e
-                if cat == "python_function":
-                    pass
-                elif cat == "cpu_op":
-                    if name in SYNC_OPS:
-                        t.sync_ops.append((name, s, e, tid))
-                else:
-                    _keep(t, ev, cat, name, args, s, e, names, scopes)
+                if s < first:
+                    first = s
+                if e > last:
+                    last = e
+                if cat != "python_function":
+                    if cat == "cpu_op":
+                        if name in SYNC_OPS:
+                            t.sync_ops.append((name, s, e, tid))
+                    else:
+                        _keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
             else:
                 cpu_starts.append(nesting.NOT_CPU)
                 cpu_neg_ends.append(0.0)
-                _keep(t, ev, cat, name, args, s, e, names, scopes)
+                _keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
         if sum(len(columns[0]) for columns in records.new) >= records.chunk and not records.flush():
             self.full = True  # (records are written a list at a time: a chunk and a list at most are held)
@@ -312,7 +290,8 @@ class _OnePass:
     def end(self) -> Trace | None:
         if self.anchor is None and self.early and _anchor(self.early) is None:
             return None
-        _finish(self.t, self.first, self.last)
+        cpu = self.first < _INF
+        _finish(self.t, self.first if cpu else None, self.last if cpu else None)
         if not self.found.finish():
             return None
         return self.t

@@ -103,7 +103,7 @@ def read_with_operators(
     open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None = None
 ) -> tuple[Trace, Operators]:
     """A trace's timeline read as summarize reads it (timeline.read: damage counted, events written twice
-    removed in a second pass), and its operators and launch calls kept in the same pass; tap: another caller's
+    removed in a later pass), and its operators and launch calls kept in the same pass; tap: another caller's
     (timeline.read's), given the same events."""
     ops = Operators()
     if tap is None:

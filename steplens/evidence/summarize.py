@@ -383,8 +383,8 @@ def summarize_events(
     """The evidence of one trace (docs/EVIDENCE.md defines every figure). lanes: each step also carries its
     lanes for a picture ({"cpu": [[scope, start, end]], "gpu": [[kind, start, end]] or None}, trace µs).
     input_scope: the name of the reader's own record_function around fetching a batch (see input_source).
-    events: a list, or a function that returns a fresh stream of them (a trace with events written twice is
-    read twice, the second time without the second copies).
+    events: a list, or a function that returns a fresh stream of them (timeline.read: where the one-pass read
+    gives up, the trace is read again, and a third time without the copies of events written twice).
     """
     if not callable(events):
         events = events if isinstance(events, (list, tuple)) else list(events)

@@ -298,7 +298,7 @@ def _read_rank(paths, rank, input_scope, lanes):
     for path in paths:
         if rank is None:
             rank = trace_rank(path)
-        kept = Timelines()  # from summarize's own pass: each trace is read once (twice with duplicates)
+        kept = Timelines()  # from summarize's own pass: each trace is read once (more where that pass gives up)
         evidence = summarize.summarize_file(path, lanes=lanes, input_scope=input_scope, tap=kept.restart)
         if evidence.get("damage_withheld"):
             raise DamagedRank(f"{path}: {evidence['damage_withheld']}")

@@ -450,8 +450,8 @@ class Slices:
     """DropCount and Crossing at once, from one record per complete event, for the one-pass read (timeline.quick).
 
     Each event is one record (ts_ns, -end_ns, start, -end) of its track in spill.Runs (the runs a thread lists in
-    order, on disk past a chunk): the integer ns of Perfetto's rule, counted from the trace's first event, and
-    the µs floats of the crossing check (start -inf: not a CPU slice). Read once per track, sorted by the first
+    order, on disk past a chunk): the integer ns of Perfetto's rule (from the first event's, where they pass 2**52),
+    and the µs floats of the crossing check (start -inf: not a CPU slice). Read once per track, sorted by the first
     two, they give both figures where that order is exact for both: no two events share a track, start and end
     (they could be one event written twice, which fingerprints tell apart), and the CPU slices' floats come in
     their own order (start, then the longest first). Else finish() answers False, and the trace is read again
@@ -524,6 +524,3 @@ class Slices:
     def threads(self) -> list[tuple[Any, Any]]:
         """Crossing.threads' answer: the tracks with a CPU slice, in the order first seen."""
         return list(self.cpu.values())
-
-    def __bool__(self) -> bool:
-        return bool(self.cpu)

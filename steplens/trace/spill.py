@@ -64,7 +64,7 @@ def _temp_file():
     if folder not in _told and file_system(folder) == "tmpfs":
         _told.add(folder)
         print(
-            f"steplens: sorting through a temp file in {folder}, a RAM disk (tmpfs): it holds about 60 bytes per "
+            f"steplens: sorting through a temp file in {folder}, a RAM disk (tmpfs): it holds 32 to 56 bytes per "
             f"trace event in memory; set {SPILL_DIR} to a folder on disk for a trace larger than memory",
             file=sys.stderr,
         )
@@ -244,13 +244,13 @@ class Runs:
     Python functions in order), since a run is written as it came and only merged.
 
     Each group's new records are held as width columns (arrays), add() gives them: append one number to each
-    column a record (or extend each by as many), count the records in `added`, and call flush() once `added`
-    reaches the chunk. flush() cuts each group's new records into sorted runs (where a record is smaller than
-    the one before) and writes them to an unnamed temp file (spill_dir), a run that goes on from the group's last
-    one joined to it; it answers False, writing nothing more, once a group has more than max_runs runs (records
-    that come in no order: merging them would cost more than a sort). sorted(group) gives the group's records as
-    sorted tuples, merged from the file BUFFER records per run at a time. Nothing is written while the records
-    fit one chunk."""
+    column a record, and call flush() once they pass the chunk (all groups together). flush() cuts each group's
+    new records into sorted runs (where a record is smaller than the one before) and writes them to an unnamed
+    temp file (spill_dir); a run that goes on from the group's last one is joined to it. It answers False,
+    writing nothing more, once a group has more than max_runs runs: records in no order cost less to sort than
+    to merge. finish() writes the rest before reading. sorted(group) gives the group's records as sorted
+    tuples, merged from the file BUFFER records per run at a time. Nothing is written while the records fit
+    one chunk."""
 
     def __init__(self, typecode: str, width: int, chunk: int | None = None, max_runs: int = 256):
         self.typecode, self.width = typecode, width
@@ -259,7 +259,6 @@ class Runs:
         self.new: list[tuple[array, ...]] = []  # each group's records not yet written, as columns
         self.segments: list[list[list[tuple[int, int]]]] = []  # each group's runs: (byte offset, records) pieces
         self.tails: list[tuple | None] = []  # each group's last record written
-        self.added = 0
         self.file = None
         self.end = 0
 
@@ -282,7 +281,6 @@ class Runs:
             for g, columns in enumerate(self.new):
                 if columns[0] and not self._write(g, columns):
                     return False
-            self.added = 0
             return True
         except BaseException:
             self.close()

@@ -36,8 +36,9 @@ class Trace:
     gpu: (kind, start, end, stream, correlation, bytes) with kind kernel, h2d, memcpy or memset, and runtime:
     (name, start, end, correlation), each kept as columns (steplens/trace/columns.py);
     annotations: (name, start, end, External id) on GPU tracks;
-    threads: the CPU slices' threads and times, for the slices that cross (nesting.Crossing);
-    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.DropCount);
+    threads: the CPU slices' threads and times, for the slices that cross (nesting.Crossing; the one-pass read:
+    nesting.Slices);
+    complete: every complete event's track and times, for Perfetto's nesting rule (nesting.DropCount, or Slices);
     both keep a record per event in spill.SortedRecords, on disk past a chunk, and are read once.
     memory: the profiler's [memory] events per device, as arrays (steplens/trace/memory.py).
     """
@@ -164,7 +165,8 @@ def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
     exact way (extract, twice where events were written twice). It reads only the common event (an object; a
     complete event with a name, non-negative finite numbers, near the trace's time) and gives up at the first
     other; it sorts each complete event once for both nesting figures (nesting.Slices), which also tells where
-    two events could be one written twice. Whatever it answers is what extract answers on the same events.
+    two events could be one written twice. Whatever it answers is what extract answers on the same events
+    (extract fails on times past 2**63 ns, which quick reads).
 
     events: a list, any iterable, or the reader's Events (read as the lists of a few hundred events it parses at
     once)."""
@@ -195,7 +197,7 @@ def _batches(events: Iterable[Any], size: int = 4096) -> Iterator[list[Any]]:
 
 
 class _OnePass:
-    """quick's state, shared by its two ways of reading a list of events."""
+    """quick's state, kept from one list of events to the next."""
 
     def __init__(self, tap: Tap | None):
         self.t = t = Trace()
@@ -229,7 +231,7 @@ class _OnePass:
                 dn += q - dn >= 0.5
             elif type(ts) in (int, float) and type(dur) in (int, float) and 0 <= ts < _INF and 0 <= dur < _INF:
                 s, tn, dur, dn = float(ts), nesting.to_ns(ts), float(dur), nesting.to_ns(dur)
-            else:  # a NaN, an infinity, a negative number, a string, a bool: the exact read counts the damage
+            else:  # a NaN, an infinity, a negative number, a string, a bool: for the exact read
                 return False
             if type(args) is not dict and (args is not None or "args" in ev):  # "args": null is damage
                 return False  # (no args are read as none: _keep gets _NO_ARGS)
@@ -243,7 +245,7 @@ class _OnePass:
                         return False
             elif s - anchor > far or anchor - s > far:
                 return False
-            if base is None:  # ns past 2**52 are counted from the first event's (records hold them in doubles)
+            if base is None:  # where ns pass 2**52, they count from the first event's (records hold doubles)
                 base = self.base = tn if tn >= _EXACT_NS // 2 else 0
             tn -= base
             if tn + dn >= _EXACT_NS or tn <= -_EXACT_NS:  # not exact in a double

@@ -174,7 +174,7 @@ def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
     one = _OnePass(tap)
     try:
         for part in lists:
-            if not one.each(part) or one.full:
+            if not one.each(part):
                 one.t.memory.close()
                 return None
         t = one.end()
@@ -205,7 +205,6 @@ class _OnePass:
         self.tap, self.names, self.scopes = tap, {}, set(KNOWN)
         self.first, self.last = _INF, -_INF  # the CPU slices' span
         self.anchor = self.base = None  # base: the ns the records count from
-        self.full = False  # a track's records came in too many runs (spill.Runs.flush)
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
 
     def each(self, events: list[Any]) -> bool:
@@ -284,10 +283,8 @@ class _OnePass:
                 cpu_neg_ends.append(0.0)
                 _keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
-        if sum(len(columns[0]) for columns in records.new) >= records.chunk and not records.flush():
-            self.full = True  # (records are written a list at a time: a chunk and a list at most are held)
-            return False
-        return True
+        # records are written a list at a time (a chunk and a list at most are held); too many runs: give up
+        return sum(len(columns[0]) for columns in records.new) < records.chunk or records.flush()
 
     def end(self) -> Trace | None:
         if self.anchor is None and self.early and _anchor(self.early) is None:

@@ -369,3 +369,31 @@ def test_too_many_runs_in_the_last_records_give_up_too(small_runs, monkeypatch):
     assert timeline.quick(Lists(events, 30)) is None
     assert timeline.quick(Lists(ok + late[:2], 30)) is not None  # 3 runs: answered
     assert timeline_of(timeline.read(lambda: events)) == timeline_of(exact(events))
+
+
+def test_times_at_the_fast_ways_bounds_read_as_the_exact_read(small_runs):
+    """The fast way reads a start in doubles below 2**52 ns (records counted from 0) or below 2**53 ns (counted
+    from the first event's), a duration below 2**51 ns; any other goes the general way. Slices on one thread
+    that straddle each bound, with times of four decimals (halves of a ns round away from zero), nested and
+    crossing: quick answers, and its timeline is the exact read's."""
+    rng = random.Random(3)
+    for origin, first_ns in ((2**52 / 1000, 2**52 - 40_000), (2**53 / 1000, 2**53 - 40_000)):
+        events = [{"ph": "X", "cat": "cpu_op", "name": "first", "pid": 1, "tid": 1, "ts": first_ns / 1000, "dur": 1.0}]
+        for k in range(60):
+            ts = round(origin + rng.uniform(-30, 30), 4)
+            dur = round(rng.choice([rng.uniform(0, 9), 2**51 / 1000 + rng.uniform(-0.002, 0.002)]), 4)
+            cat = rng.choice(["cpu_op", "python_function", "cuda_runtime"])
+            events.append({"ph": "X", "cat": cat, "name": f"s{k}", "pid": 1, "tid": 1, "ts": ts, "dur": dur})
+        events[1:] = sorted(events[1:], key=lambda ev: (ev["ts"], -ev["dur"]))
+        for size in (1, 9, 61):
+            got = timeline.quick(Lists(events, size))
+            assert got is not None, (origin, size)
+            assert timeline_of(got) == timeline_of(exact(events)), (origin, size)
+        assert exact(events).complete.count() > 0  # some slices cross, and are dropped
+    # halves of a ns (0.0625 µs: 62.5 ns, exact in a double) round up: a slice that starts where another ends
+    # closes it; a slice that ends where its parent ends nests (rounded to even, both would be dropped)
+    x = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1}
+    slices = (("p", 0.0, 10.0), ("a", 1.0, 0.063), ("c", 1.0625, 1.0), ("e", 3.0, 1.0625), ("f", 3.5, 0.563))
+    halves = [dict(x, name=name, ts=5000.0 + a, dur=d) for name, a, d in slices]
+    got = timeline.quick(Lists(halves, 5))
+    assert got is not None and got.complete.count() == exact(halves).complete.count() == 0

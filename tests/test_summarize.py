@@ -992,3 +992,39 @@ def test_a_value_orjson_reads_otherwise_or_refuses_is_read_as_json_reads_it(tmp_
     got = list(reader.iter_events(path, chunk=1 << 14))
     assert repr(got) == repr(reader.load_events(path))
     assert type(got[1500]["args"]["odd"]) is type(value)
+
+
+def whole_text_wide(raw):
+    """wide_integer's rule on the whole text at once: a run of 19 digits or more, not after a '.', that is an
+    exponent's, longer than 20 digits or past the 64-bit range its sign gives."""
+    for m in __import__("re").finditer(rb"[0-9]{19,}", raw):
+        sign = raw[m.start() - 1 : m.start()]
+        if sign == b".":
+            continue
+        if sign in (b"e", b"E", b"+") or len(m.group()) > 20:
+            return True
+        if int(m.group()) > ((1 << 63) if sign == b"-" else (1 << 64) - 1):
+            return True
+    return False
+
+
+def test_wide_integer_finds_every_wide_run_wherever_the_chunk_cuts_it():
+    """wide_integer looks at a chunk alone and then where it meets the 32 bytes before it: on random texts of
+    digit runs cut at every place, it answers True wherever the whole text's rule finds a wide run in them, runs
+    cut by the chunk's start included (it may answer True more often: a run after a '.' cut there is read by
+    json, as alike)."""
+    rng = random.Random(5)
+    straddling = 0
+    for _ in range(300):
+        parts = []
+        for _ in range(rng.randrange(1, 5)):
+            parts.append(rng.choice([b",", b":", b".", b"-", b"e", b" ", b'"', b"+"]))
+            parts.append(str(rng.randrange(10 ** rng.randrange(15, 24))).encode())
+        text = b"".join(parts)
+        for cut in range(len(text) + 1):
+            before, data = text[max(0, cut - 32) : cut], text[cut:]
+            want = whole_text_wide(before + data)
+            got = reader.wide_integer(data, before)
+            assert got or not want, (text, cut)
+            straddling += want and not reader._wide(data)
+    assert straddling > 100, straddling  # runs the chunk alone misses were met, and found

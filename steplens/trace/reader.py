@@ -38,8 +38,13 @@ _U64, _I64 = (1 << 64) - 1, 1 << 63
 def wide_integer(data: bytes, before: bytes = b"") -> bool:
     """Whether data (after the bytes before it) may hold an integer that 64 bits do not hold. Only runs of 19
     digits or more are looked at: one after a '.' is a fraction, which both parsers read alike; one that fits
-    (baseTimeNanoseconds, say) is read alike too; any other answers True, even inside a string."""
-    raw = before + data
+    (baseTimeNanoseconds, say) is read alike too; any other answers True, even inside a string. data is looked at
+    alone, then where it meets before (a run across the two): never copied whole."""
+    return _wide(data) or _wide(before + data[: len(_LONG_RUN) + 2])
+
+
+def _wide(raw: bytes) -> bool:
+    """wide_integer of raw alone: a run at its start is read as if nothing came before it."""
     text = raw.translate(_DIGITS)
     i = text.find(_LONG_RUN)
     while i >= 0:

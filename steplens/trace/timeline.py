@@ -158,6 +158,8 @@ _EXACT = float(1 << 53) / 1000.0  # below this, a whole number of µs times 1000
 _EXACT_NS = 1 << 53  # the records hold ns in doubles: exact up to here
 _IDS = frozenset((int, str, type(None)))  # what a pid or tid may be
 _NO_ARGS: dict[str, Any] = {}  # the args of an event without any (never changed)
+_FAST_DUR_US = float(1 << 51) / 1000.0  # a duration the fast way reads (26 days): its ns are at most 2**51
+_NUMBERS = frozenset((int, float))
 
 
 def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
@@ -206,32 +208,38 @@ class _OnePass:
         self.first, self.last = _INF, -_INF  # the CPU slices' span
         self.anchor = self.base = None  # base: the ns the records count from
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
+        self.pending = 0  # events since the records were last written (an upper bound of the records)
 
     def each(self, events: list[Any]) -> bool:
         """Keep the events one by one; False at the first one quick does not read."""
         t, found, tap, names, scopes = self.t, self.found, self.tap, self.names, self.scopes
-        ids, cpu, take, records = found.ids, found.cpu, t.memory.take, found.records
-        first, last, anchor, early, base = self.first, self.last, self.anchor, self.early, self.base
-        last_pid = last_tid = n = track = on_cpu = None
-        starts = neg_ends = cpu_starts = cpu_neg_ends = None
-        far = damage.FAR_US
+        ids, cpu, add_memory, records = found.ids, found.cpu, t.memory.add, found.records
+        first, last, anchor, early, far = self.first, self.last, self.anchor, self.early, damage.FAR_US
+        lim, off = _fast_limit(self.base)  # the fast way's bound on a start, and the records' base as a double
+        last_pid = last_tid = n = track = on_cpu = starts = neg_ends = cpu_starts = cpu_neg_ends = None
         for ev in events:
             if type(ev) is not dict:
                 return False
-            if ev.get("ph") != "X":
-                take(ev)
+            ph = ev.get("ph")
+            if ph != "X":
+                if ph == "i" and ev.get("name") == memory.MEMORY_EVENT:  # memory.take, inline
+                    add_memory(ev)
                 continue
-            ts, dur, name, args = ev.get("ts"), ev.get("dur"), ev.get("name"), ev.get("args")
-            pid, tid = ev.get("pid"), ev.get("tid")
-            if type(ts) is float and type(dur) is float and 0.0 <= ts < _EXACT and 0.0 <= dur < _EXACT:
-                s, r, q = ts, ts * 1000.0, dur * 1000.0  # nesting._float_ns, inline: llround of exact products
-                tn, dn = int(r), int(q)
-                tn += r - tn >= 0.5
-                dn += q - dn >= 0.5
-            elif type(ts) in (int, float) and type(dur) in (int, float) and 0 <= ts < _INF and 0 <= dur < _INF:
-                s, tn, dur, dn = float(ts), nesting.to_ns(ts), float(dur), nesting.to_ns(dur)
-            else:  # a NaN, an infinity, a negative number, a string, a bool: for the exact read
+            try:
+                ts, dur, name = ev["ts"], ev["dur"], ev["name"]
+            except KeyError:  # a complete event without a time or a name: for the exact read
                 return False
+            pid, tid = ev.get("pid"), ev.get("tid")
+            if type(ts) is float and type(dur) is float and 0.0 <= ts < lim and 0.0 <= dur < _FAST_DUR_US:
+                s, r, q = ts, ts * 1000.0, dur * 1000.0  # nesting._float_ns, inline, in doubles (exact: see
+                f, g = r % 1.0, q % 1.0  # _fast_limit): llround of the products
+                tn, dn = r - f + (f >= 0.5) - off, q - g + (g >= 0.5)
+            else:
+                if (times := self.times(ts, dur)) is None:
+                    return False
+                s, tn, dur, dn = times
+                lim, off = _fast_limit(self.base)
+            args = ev.get("args")
             if type(args) is not dict and (args is not None or "args" in ev):  # "args": null is damage
                 return False  # (no args are read as none: _keep gets _NO_ARGS)
             if not (type(name) is str and type(pid) in _IDS and type(tid) in _IDS and name.isprintable()):
@@ -243,11 +251,6 @@ class _OnePass:
                     if anchor is None:
                         return False
             elif s - anchor > far or anchor - s > far:
-                return False
-            if base is None:  # where ns pass 2**52, they count from the first event's (records hold doubles)
-                base = self.base = tn if tn >= _EXACT_NS // 2 else 0
-            tn -= base
-            if tn + dn >= _EXACT_NS or tn <= -_EXACT_NS:  # not exact in a double
                 return False
             e = s + dur
             if tid != last_tid or pid != last_pid or starts is None:
@@ -284,7 +287,25 @@ class _OnePass:
                 _keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
         # records are written a list at a time (a chunk and a list at most are held); too many runs: give up
-        return sum(len(columns[0]) for columns in records.new) < records.chunk or records.flush()
+        self.pending += len(events)
+        if self.pending < records.chunk:
+            return True
+        self.pending = 0
+        return records.flush()
+
+    def times(self, ts: Any, dur: Any) -> tuple[float, int, float, int] | None:
+        """(start, start ns less the base, duration, duration ns) of a time the fast way does not read (an int, a
+        large or the first one), or None where quick cannot read it: a NaN, an infinity, a negative number, a
+        string, a bool, or ns not exact in a double."""
+        if not (type(ts) in _NUMBERS and type(dur) in _NUMBERS and 0 <= ts < _INF and 0 <= dur < _INF):
+            return None
+        tn, dn = nesting.to_ns(ts), nesting.to_ns(dur)
+        if self.base is None:  # where the first event's ns pass 2**52, the records count from them
+            self.base = tn if tn >= _EXACT_NS // 2 else 0
+        tn -= self.base
+        if tn + dn >= _EXACT_NS or tn <= -_EXACT_NS:
+            return None
+        return float(ts), tn, float(dur), dn
 
     def end(self) -> Trace | None:
         if self.anchor is None and self.early and _anchor(self.early) is None:
@@ -294,6 +315,15 @@ class _OnePass:
         if not self.found.finish():
             return None
         return self.t
+
+
+def _fast_limit(base: int | None) -> tuple[float, float]:
+    """The starts (µs) _OnePass.each reads the fast way, in doubles, and the base as a double. Its ns are exact
+    (under 2**53), less the base they are at most 2**52, so that with a duration's (at most 2**51) they stay
+    exact. Until the base is known (the first event), and past 2**53, none."""
+    if base is None or base >= _EXACT_NS:
+        return -1.0, 0.0
+    return (_EXACT if base else float(1 << 52) / 1000.0), float(base)
 
 
 def _anchor(starts: list[float]) -> float | None:

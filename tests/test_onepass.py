@@ -397,3 +397,15 @@ def test_times_at_the_fast_ways_bounds_read_as_the_exact_read(small_runs):
     halves = [dict(x, name=name, ts=5000.0 + a, dur=d) for name, a, d in slices]
     got = timeline.quick(Lists(halves, 5))
     assert got is not None and got.complete.count() == exact(halves).complete.count() == 0
+
+
+def test_names_found_printable_are_kept_up_to_a_bound(small_runs, monkeypatch):
+    """Each name is looked at once and kept, up to NAMES_KEPT (memory does not grow with a trace of ever new
+    names); past the bound, a name that is not printable still makes quick give up."""
+    monkeypatch.setattr(timeline, "NAMES_KEPT", 5)
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"n{k % 20}", "pid": 1, "tid": 1, "ts": 1000.0 + k, "dur": 0.5}
+              for k in range(60)]  # fmt: skip
+    one = timeline._OnePass(None)
+    assert one.each(events) and len(one.names_read) == 5
+    assert timeline_of(one.end()) == timeline_of(exact(events))
+    assert timeline.quick(Lists(events + [dict(events[0], name="bell\a", ts=1061.0)], 7)) is None

@@ -150,11 +150,12 @@ class _Span:
         self.first = index
         self.points: list[tuple[float, int]] = []
 
-    def see(self, event: tuple[float, int, int, int], points: bool) -> None:
-        self.allocated_peak = max(self.allocated_peak, event[2])
-        self.reserved_peak = max(self.reserved_peak, event[3])
-        if points:
-            self.points.append((event[0], event[2]))
+    def see(self, allocated: float, reserved: float) -> None:
+        """Peaks of events it holds (-inf: none)."""
+        if allocated > self.allocated_peak:
+            self.allocated_peak = allocated
+        if reserved > self.reserved_peak:
+            self.reserved_peak = reserved
 
     def end(self, before: tuple[int, int], index: int) -> dict[str, Any]:
         return {
@@ -171,30 +172,45 @@ class _Span:
 
 def _sweep(events: Iterator[tuple[float, int, int, int]], spans: list[tuple[float, float]], points: bool = False):
     """Each span's figures (_Span.end) in one pass over a device's sorted events: a span holds the events from the
-    first at or after its start to the last before its end. points: each span also lists its (ts, allocated)."""
+    first at or after its start to the last before its end. points: each span also lists its (ts, allocated).
+    Between two span bounds every event is seen by the same open spans: their peaks are met once, at the next
+    bound, from the peaks of the events between."""
     bounds = sorted((x, kind, q) for q, (s, e) in enumerate(spans) for x, kind in ((s, 0), (e, 1)))
     found, open_, b, index, prev, first = [None] * len(spans), {}, 0, 0, None, None
+    top_a = top_r = -_INF  # the peaks of the events since the last bound
+    at = bounds[0][0] if bounds else _INF  # the next bound
 
     def before():  # (allocated, reserved) just before the event at index
         return (prev[2], prev[3]) if prev is not None else (first[2] - first[1], first[3])
 
-    for event in events:
-        first = first or event
-        while b < len(bounds) and bounds[b][0] <= event[0]:
+    def settle(b: int, upto: float) -> int:  # the open spans see the peaks; then the bounds up to upto pass
+        for span in open_.values():
+            span.see(top_a, top_r)
+        while b < len(bounds) and bounds[b][0] <= upto:
             _, kind, q = bounds[b]
             if kind == 0:
                 open_[q] = _Span(before(), index)
             else:
                 found[q] = open_.pop(q).end(before(), index)
             b += 1
-        for span in open_.values():
-            span.see(event, points)
+        return b
+
+    for event in events:
+        if first is None:
+            first = event
+        if event[0] >= at:
+            b = settle(b, event[0])
+            top_a = top_r = -_INF
+            at = bounds[b][0] if b < len(bounds) else _INF
+        if event[2] > top_a:
+            top_a = event[2]
+        if event[3] > top_r:
+            top_r = event[3]
+        if points:
+            for span in open_.values():
+                span.points.append((event[0], event[2]))
         prev, index = event, index + 1
-    for _, kind, q in bounds[b:]:
-        if kind == 0:
-            open_[q] = _Span(before(), index)
-        else:
-            found[q] = open_.pop(q).end(before(), index)
+    settle(b, _INF)
     return found
 
 

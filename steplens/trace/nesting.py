@@ -443,6 +443,7 @@ class Crossing:
         return {thread: found[n] for thread, n in self.ids.items() if found.get(n)}
 
 
+_INF = float("inf")
 NOT_CPU = float("-inf")  # a Slices record's start where the event is no CPU slice
 
 
@@ -479,9 +480,10 @@ class Slices:
         if not self.records.finish():
             return False
         for track, n in self.ids.items():
-            ends, cpu_ends = [], []  # the ends of the open slices (Perfetto's stack; the crossing check's)
-            cpu_n = 0
-            last = last_end = last_s = last_e = None
+            ends, cpu_ends = [_INF], [_INF]  # the ends of the open slices (Perfetto's stack; the crossing check's),
+            cpu_n = 0  # each above a bottom that no slice closes or crosses
+            last = last_end = None
+            last_s = last_e = -_INF
             for ts, neg_end, s, neg_e in self.records.sorted(n):  # ns (exact in a double), then µs
                 if ts == last and neg_end == last_end:  # two events alike on one track: perhaps one written twice
                     return False
@@ -490,21 +492,21 @@ class Slices:
                 # two slices alike, the rule's one exception (two slices of no length at one time: the second is
                 # looked for deeper) cannot arise, so only the top of the stack is ever read.
                 end = -neg_end
-                while ends and ends[-1] <= ts:
+                while ends[-1] <= ts:
                     ends.pop()
-                if ends and ends[-1] < end:
+                if ends[-1] < end:
                     drops += 1
                 else:
                     ends.append(end)
                 if s == NOT_CPU:
                     continue
-                if last_s is not None and (s < last_s or (s == last_s and neg_e < last_e)):
+                if s < last_s or (s == last_s and neg_e < last_e):
                     return False  # the floats' order is not the ns order
                 last_s, last_e = s, neg_e
                 e = -neg_e  # _crossing, inline
-                while cpu_ends and cpu_ends[-1] <= s + 1e-3:
+                while cpu_ends[-1] <= s + 1e-3:
                     cpu_ends.pop()
-                if cpu_ends and e > cpu_ends[-1] + 1e-3:
+                if e > cpu_ends[-1] + 1e-3:
                     cpu_n += 1
                 cpu_ends.append(e)
             if cpu_n:

@@ -158,6 +158,8 @@ _EXACT = float(1 << 53) / 1000.0  # below this, a whole number of µs times 1000
 _EXACT_NS = 1 << 53  # the records hold ns in doubles: exact up to here
 _IDS = frozenset((int, str, type(None)))  # what a pid or tid may be
 _NO_ARGS: dict[str, Any] = {}  # the args of an event without any (never changed)
+_2_52 = float(1 << 52)  # a double at or past it is a whole number; r + 2**52 - 2**52 rounds r (below it) to one
+NAMES_KEPT = 1 << 14  # names quick keeps as read (a trace has a few thousand distinct ones)
 _FAST_DUR_US = float(1 << 51) / 1000.0  # a duration the fast way reads (26 days): its ns are at most 2**51
 _NUMBERS = frozenset((int, float))
 
@@ -209,12 +211,22 @@ class _OnePass:
         self.anchor = self.base = None  # base: the ns the records count from
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
         self.pending = 0  # events since the records were last written (an upper bound of the records)
+        self.names_read: set[str] = set()  # names found printable (the first NAMES_KEPT): each looked at once
+
+    def printable(self, name: str) -> bool:
+        """Whether the name is printable (a name that is not is damage: for the exact read); kept where it is."""
+        if not name.isprintable():
+            return False
+        if len(self.names_read) < NAMES_KEPT:
+            self.names_read.add(name)
+        return True
 
     def each(self, events: list[Any]) -> bool:
         """Keep the events one by one; False at the first one quick does not read."""
         t, found, tap, names, scopes = self.t, self.found, self.tap, self.names, self.scopes
         ids, cpu, add_memory, records = found.ids, found.cpu, t.memory.add, found.records
         first, last, anchor, early, far = self.first, self.last, self.anchor, self.early, damage.FAR_US
+        printable = self.names_read
         lim, off = _fast_limit(self.base)  # the fast way's bound on a start, and the records' base as a double
         last_pid = last_tid = n = track = on_cpu = starts = neg_ends = cpu_starts = cpu_neg_ends = None
         for ev in events:
@@ -231,18 +243,21 @@ class _OnePass:
                 return False
             pid, tid = ev.get("pid"), ev.get("tid")
             if type(ts) is float and type(dur) is float and 0.0 <= ts < lim and 0.0 <= dur < _FAST_DUR_US:
-                s, r, q = ts, ts * 1000.0, dur * 1000.0  # nesting._float_ns, inline, in doubles (exact: see
-                f, g = r % 1.0, q % 1.0  # _fast_limit): llround of the products
-                tn, dn = r - f + (f >= 0.5) - off, q - g + (g >= 0.5)
+                s, r, q = ts, ts * 1000.0, dur * 1000.0  # nesting._float_ns, inline, in doubles (_fast_limit)
+                tn, dn = (r if r >= _2_52 else r + _2_52 - _2_52), q + _2_52 - _2_52  # the nearest whole ns, or
+                if r - tn == 0.5 or q - dn == 0.5:  # the even one of two: llround takes the larger
+                    tn, dn = _llround(r), _llround(q)
+                tn -= off
+            elif (times := self.times(ts, dur)) is not None:
+                s, tn, dur, dn, lim, off = times
             else:
-                if (times := self.times(ts, dur)) is None:
-                    return False
-                s, tn, dur, dn = times
-                lim, off = _fast_limit(self.base)
+                return False
             args = ev.get("args")
             if type(args) is not dict and (args is not None or "args" in ev):  # "args": null is damage
                 return False  # (no args are read as none: _keep gets _NO_ARGS)
-            if not (type(name) is str and type(pid) in _IDS and type(tid) in _IDS and name.isprintable()):
+            if not (type(name) is str and type(pid) in _IDS and type(tid) in _IDS):
+                return False
+            if name not in printable and not self.printable(name):
                 return False
             if anchor is None:
                 early.append(s)
@@ -254,8 +269,7 @@ class _OnePass:
                 return False
             e = s + dur
             if tid != last_tid or pid != last_pid or starts is None:
-                track = (pid, tid)
-                n = ids.get(track)
+                n = ids.get(track := (pid, tid))
                 if n is None:
                     n = ids[track] = len(ids)
                     records.add()
@@ -286,17 +300,21 @@ class _OnePass:
                 cpu_neg_ends.append(0.0)
                 _keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
-        # records are written a list at a time (a chunk and a list at most are held); too many runs: give up
-        self.pending += len(events)
-        if self.pending < records.chunk:
+        return self.written(len(events))
+
+    def written(self, events: int) -> bool:
+        """After each list: the records are written once a chunk of events came (a chunk and a list at most are
+        held); False where a track's records came in too many runs (for the exact read)."""
+        self.pending += events
+        if self.pending < self.found.records.chunk:
             return True
         self.pending = 0
-        return records.flush()
+        return self.found.records.flush()
 
-    def times(self, ts: Any, dur: Any) -> tuple[float, int, float, int] | None:
-        """(start, start ns less the base, duration, duration ns) of a time the fast way does not read (an int, a
-        large or the first one), or None where quick cannot read it: a NaN, an infinity, a negative number, a
-        string, a bool, or ns not exact in a double."""
+    def times(self, ts: Any, dur: Any) -> tuple[float, int, float, int, float, float] | None:
+        """(start, start ns less the base, duration, duration ns, and _fast_limit's two once the base is known) of a
+        time the fast way does not read (an int, a large or the first one), or None where quick cannot read it: a
+        NaN, an infinity, a negative number, a string, a bool, or ns not exact in a double."""
         if not (type(ts) in _NUMBERS and type(dur) in _NUMBERS and 0 <= ts < _INF and 0 <= dur < _INF):
             return None
         tn, dn = nesting.to_ns(ts), nesting.to_ns(dur)
@@ -305,7 +323,7 @@ class _OnePass:
         tn -= self.base
         if tn + dn >= _EXACT_NS or tn <= -_EXACT_NS:
             return None
-        return float(ts), tn, float(dur), dn
+        return float(ts), tn, float(dur), dn, *_fast_limit(self.base)
 
     def end(self) -> Trace | None:
         if self.anchor is None and self.early and _anchor(self.early) is None:
@@ -315,6 +333,12 @@ class _OnePass:
         if not self.found.finish():
             return None
         return self.t
+
+
+def _llround(r: float) -> float:
+    """The whole number nearest r (0 <= r < 2**52), halves away from zero, as a double."""
+    f = r % 1.0
+    return r - f + (f >= 0.5)
 
 
 def _fast_limit(base: int | None) -> tuple[float, float]:

@@ -17,6 +17,7 @@ full disk: ENOSPC) raises SpillError, a TraceError: one line, never a silently s
 
 import heapq
 import os
+import struct
 import sys
 import tempfile
 from array import array
@@ -243,8 +244,9 @@ class Runs:
     each group's records come as a few sorted runs (a trace's thread lists its operators in order, then its
     Python functions in order), since a run is written as it came and only merged.
 
-    Each group's new records are held as width columns (arrays), add() gives them: append one number to each
-    column a record, and call flush() once they pass the chunk (all groups together). flush() cuts each group's
+    Each group's new records are held as width columns (lists: an append to one costs a tenth of an array's),
+    add() gives them: append one number to each column a record, and call flush() once they pass the chunk (all
+    groups together). flush() cuts each group's
     new records into sorted runs (where a record is smaller than the one before) and writes them to an unnamed
     temp file (spill_dir); a run that goes on from the group's last one is joined to it. It answers False,
     writing nothing more, once a group has more than max_runs runs: records in no order cost less to sort than
@@ -256,15 +258,15 @@ class Runs:
         self.typecode, self.width = typecode, width
         self.chunk, self.max_runs = chunk or CHUNK, max_runs
         self.itemsize = array(typecode).itemsize
-        self.new: list[tuple[array, ...]] = []  # each group's records not yet written, as columns
+        self.new: list[tuple[list, ...]] = []  # each group's records not yet written, as columns
         self.segments: list[list[list[tuple[int, int]]]] = []  # each group's runs: (byte offset, records) pieces
         self.tails: list[tuple | None] = []  # each group's last record written
         self.file = None
         self.end = 0
 
-    def add(self) -> tuple[array, ...]:
+    def add(self) -> tuple[list, ...]:
         """A new group (numbered in the order made): the columns its records are appended to."""
-        self.new.append(tuple(array(self.typecode) for _ in range(self.width)))
+        self.new.append(tuple([] for _ in range(self.width)))
         self.segments.append([])
         self.tails.append(None)
         return self.new[-1]
@@ -291,7 +293,7 @@ class Runs:
         sorted in memory); False where a group then has too many runs."""
         return self.file is None or self.flush()
 
-    def _write(self, g: int, columns: tuple[array, ...]) -> bool:
+    def _write(self, g: int, columns: tuple[list, ...]) -> bool:
         first = columns[0]
         k = len(first)
         cuts = list(compress(range(1, k), map(gt, first, islice(first, 1, None))))
@@ -306,7 +308,9 @@ class Runs:
         for b in [*cuts, k]:
             if tail is None or tail > tuple(c[a] for c in columns):
                 runs.append([])
-            data = memoryview(b"".join(c[a:b].tobytes() for c in columns))
+            data = memoryview(
+                struct.pack(f"={(b - a) * self.width}{self.typecode}", *chain(*(c[a:b] for c in columns)))
+            )
             _write_all(self.file.fileno(), data, self.end)
             runs[-1].append((self.end, b - a))
             self.end += len(data)
@@ -314,7 +318,7 @@ class Runs:
             a = b
         self.tails[g] = tail
         for c in columns:
-            del c[:]  # the same arrays: callers keep them
+            del c[:]  # the same lists: callers keep them
         return len(runs) <= self.max_runs
 
     def _blocks(self, segments: list[tuple[int, int]]) -> Iterator[list]:

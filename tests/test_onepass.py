@@ -409,3 +409,31 @@ def test_names_found_printable_are_kept_up_to_a_bound(small_runs, monkeypatch):
     assert one.each(events) and len(one.names_read) == 5
     assert timeline_of(one.end()) == timeline_of(exact(events))
     assert timeline.quick(Lists(events + [dict(events[0], name="bell\a", ts=1061.0)], 7)) is None
+
+
+def test_the_cycle_collector_is_paused_for_a_read_and_restored_however_it_ends():
+    """read() pauses Python's cycle collector while it reads, and leaves it as it found it: on, after a read or a
+    damaged file; off, where the caller had turned it off."""
+    import gc
+
+    seen = []
+
+    def events():
+        seen.append(gc.isenabled())
+        return [{"ph": "X", "cat": "cpu_op", "name": "f", "pid": 1, "tid": 1, "ts": 10.0, "dur": 1.0}]
+
+    def broken():
+        raise reader.TraceError("cut short")
+
+    assert gc.isenabled()
+    timeline.read(events)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(reader.TraceError):
+        timeline.read(broken)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        timeline.read(events)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -1,6 +1,7 @@
 """A trace's timeline: the steps, scopes, GPU events and launch calls that the evidence is made of."""
 
 import bisect
+import gc
 import math
 import statistics
 from array import array
@@ -368,7 +369,19 @@ def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None
     """The timeline of a trace that can be read again: one pass (quick) where it is sure of it, else the exact
     read (extract), whose second pass removes events written twice.
     tap: called at the start of each pass, it returns the Tap that pass gives its kept events to (see extract):
-    a later pass starts afresh."""
+    a later pass starts afresh.
+    Python's cycle collector is paused meanwhile (and restored as it was, however the read ends): the parsed
+    events hold no cycles and are freed as they go, and its passes over them cost about 3% of the read."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _read(open_events, tap)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None) -> Trace:
     t = quick(open_events(), tap() if tap else None)
     if t is not None:
         return t

@@ -437,3 +437,28 @@ def test_the_cycle_collector_is_paused_for_a_read_and_restored_however_it_ends()
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_tap_is_given_the_complete_events_of_its_categories_alone_either_way(small_runs):
+    """A tap that names its categories (cats) is given the complete events of those alone, in file order, by the
+    one-pass read and by the exact read alike; a tap that names none is given every complete event."""
+    events = random_trace(11)
+    complete = [(ev["name"], ev["cat"]) for ev in events if ev.get("ph") == "X"]
+
+    def taps():
+        got = {"some": [], "all": []}
+
+        def some(ev, s, dur):
+            got["some"].append((ev["name"], ev["cat"]))
+
+        some.cats = ("cpu_op", "user_annotation")
+        return got, some, lambda ev, s, dur: got["all"].append((ev["name"], ev["cat"]))
+
+    for read in (
+        lambda tap: timeline.quick(Lists(events, 7), tap),
+        lambda tap: timeline.extract(list(events), tap=tap),
+    ):
+        got, some, every = taps()
+        assert read(some) is not None and read(every) is not None
+        assert got["some"] == [(n, c) for n, c in complete if c in some.cats] != []
+        assert got["all"] == complete

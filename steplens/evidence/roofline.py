@@ -26,7 +26,7 @@ from steplens.evidence.formatting import damage_lines
 from steplens.text import say, write
 from steplens.trace import kernels
 from steplens.trace.reader import TraceError, iter_events
-from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, Tap, Trace, read
+from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, Tap, Trace, read, tap_cats
 
 BYTES_NOTE = (
     "bytes are a lower bound (each tensor read or written once): the GB/s and the share of the memory limit "
@@ -62,7 +62,7 @@ class Operators:
     def keep(self, ev: dict[str, Any], start: float, dur: float) -> None:
         """Keep one complete event the reader kept, if it is a cpu_op or a launch call."""
         cat = ev.get("cat")
-        if cat not in ("cpu_op", "cuda_runtime", "cuda_driver"):
+        if cat not in self.keep.cats:
             return
         args = ev.get("args") or {}
         where = (ev.get("pid"), ev.get("tid"))
@@ -77,6 +77,8 @@ class Operators:
             self.ops[where].append((start, start + dur, op))
         elif args.get("correlation") is not None:
             self.launches[args["correlation"]] = (*where, start, start + dur, ev.get("name", ""))
+
+    keep.cats = ("cpu_op", "cuda_runtime", "cuda_driver")  # the reader gives it no other event (timeline.tap_cats)
 
     def launchers(self) -> dict[Any, tuple[str, tuple | None]]:
         """{correlation id: (launch call name, (op index, OpCall) or None)}: the innermost enclosing cpu_op."""
@@ -116,6 +118,8 @@ def read_with_operators(
             keep(ev, start, dur)
             other(ev, start, dur)
 
+        cats = (tap_cats(keep), tap_cats(other))
+        give.cats = None if None in cats else cats[0] + cats[1]  # each ignores the other's
         return give
 
     return read(open_events, both), ops

@@ -101,6 +101,7 @@ class NameTables:
                     row[0] += 1
                     row[1] += dur
 
+            keep.cats = GPU_CATS + ("cpu_op",)  # the reader gives it no other event (timeline.tap_cats)
             return keep
 
         return restart

@@ -172,6 +172,8 @@ class Timelines:
             else:
                 self.cpu_ops.setdefault(thread, array("d")).extend((s, e))
 
+    keep.cats = ("user_annotation", "kernel", "cpu_op")  # the reader gives it no other event (timeline.tap_cats)
+
     def result(self) -> dict[str, Any]:
         """{"steps", "scopes", "source", "comm", "compute"} (see timelines)."""
         cpu_comm = self.cpu_comm

@@ -66,6 +66,12 @@ class Trace:
 Tap = Callable[[dict[str, Any], float, float], None]  # given each complete event kept: (event, start, duration)
 
 
+def tap_cats(tap: Tap | None) -> tuple[Any, ...] | None:
+    """The categories of the complete events a tap reads (its `cats`, a tuple: an event of any other is not given
+    to it), or None: every category."""
+    return getattr(tap, "cats", None)
+
+
 def extract(
     events: Iterable[Any],
     skip: damage.Skip | None = None,
@@ -79,14 +85,15 @@ def extract(
     names = {}  # one string object per distinct name
     scopes = set(KNOWN)  # every phase's scopes (steplens/scopes.py); other annotations go to named
     complete, threads, first, last = t.complete, t.threads, None, None  # first, last: the CPU slices' span
+    cats = tap_cats(tap)
     # the memory events are instant events, which damage.readable passes to memory's take
     for index, ev, s, dur in damage.readable(events, t.damage, skip, keys, t.memory.take):
         e = s + dur
         track = (ev.get("pid"), ev.get("tid"))
         complete.add_readable(track, ev)
-        if tap is not None:
-            tap(ev, s, dur)
         cat = ev.get("cat", "")
+        if tap is not None and (cats is None or cat in cats):
+            tap(ev, s, dur)
         if cat in CPU_SLICE_CATS:
             threads.add(track, s, e)
             if first is None:
@@ -207,7 +214,7 @@ class _OnePass:
     def __init__(self, tap: Tap | None):
         self.t = t = Trace()
         self.found = t.complete = t.threads = nesting.Slices()
-        self.tap, self.names, self.scopes = tap, {}, set(KNOWN)
+        self.tap, self.names, self.scopes, self.cats = tap, {}, set(KNOWN), tap_cats(tap)
         self.first, self.last = _INF, -_INF  # the CPU slices' span
         self.anchor = self.base = None  # base: the ns the records count from
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
@@ -224,7 +231,7 @@ class _OnePass:
 
     def each(self, events: list[Any]) -> bool:
         """Keep the events one by one; False at the first one quick does not read."""
-        t, found, tap, names, scopes = self.t, self.found, self.tap, self.names, self.scopes
+        t, found, tap, names, scopes, cats = self.t, self.found, self.tap, self.names, self.scopes, self.cats
         ids, cpu, add_memory, records = found.ids, found.cpu, t.memory.add, found.records
         first, last, anchor, early, far = self.first, self.last, self.anchor, self.early, damage.FAR_US
         printable = self.names_read
@@ -276,9 +283,9 @@ class _OnePass:
                     records.add()
                 (starts, neg_ends, cpu_starts, cpu_neg_ends), on_cpu = records.new[n], n in cpu
                 last_pid, last_tid = pid, tid
-            if tap is not None:
-                tap(ev, s, dur)
             cat = ev.get("cat", "")
+            if tap is not None and (cats is None or cat in cats):
+                tap(ev, s, dur)
             starts.append(tn)
             neg_ends.append(-(tn + dn))
             if cat == "python_function" or cat in CPU_SLICE_CATS:  # (a tuple: a damaged cat may be unhashable)

@@ -337,3 +337,12 @@ def test_a_stored_h200_full_trace_s_memory_lanes_match_its_figures(tmp_path):
         assert (values[0], max(values), values[-1]) == (s["allocated_start"], s["allocated_peak"], s["allocated_end"])
         assert len(values) == s["events"] + 2
         assert all(0 <= ms <= row["cpu_ms"] + 1e-9 for ms, _ in row["memory"]), "the lane stays inside its step"
+
+
+def test_every_span_gets_its_figures_even_one_whose_bound_is_not_a_number():
+    """_sweep ends every span still open when the events run out, one whose end is NaN included (the readers
+    refuse such times; were one to pass, no span's figures would be None), and one that ends past them."""
+    events = [(float(k), 8, 8 * (k + 1), 64) for k in range(6)]
+    assert None not in memory._sweep(iter(events), [(0.0, float("nan"))])
+    found = memory._sweep(iter(events), [(1.0, 3.0), (2.0, 99.0)])
+    assert [(f["allocated_peak"], f["events"]) for f in found] == [(24, 2), (48, 4)]  # 1-2; 2-5

@@ -400,9 +400,9 @@ def test_times_at_the_fast_ways_bounds_read_as_the_exact_read(small_runs):
 
 
 def test_names_found_printable_are_kept_up_to_a_bound(small_runs, monkeypatch):
-    """Each name is looked at once and kept, up to NAMES_KEPT (memory does not grow with a trace of ever new
-    names); past the bound, a name that is not printable still makes quick give up."""
-    monkeypatch.setattr(timeline, "NAMES_KEPT", 5)
+    """Each name is looked at once and kept, up to NAME_CHARS_KEPT characters of them (memory does not grow
+    with a trace of ever new names); past the bound, a name that is not printable still makes quick give up."""
+    monkeypatch.setattr(timeline, "NAME_CHARS_KEPT", 10)  # n0..n4: 10 characters
     events = [{"ph": "X", "cat": "cpu_op", "name": f"n{k % 20}", "pid": 1, "tid": 1, "ts": 1000.0 + k, "dur": 0.5}
               for k in range(60)]  # fmt: skip
     one = timeline._OnePass(None)
@@ -462,3 +462,24 @@ def test_a_tap_is_given_the_complete_events_of_its_categories_alone_either_way(s
         assert read(some) is not None and read(every) is not None
         assert got["some"] == [(n, c) for n, c in complete if c in some.cats] != []
         assert got["all"] == complete
+
+
+def test_records_are_written_only_once_they_pass_a_chunk_whatever_else_the_trace_holds():
+    """Instant events count toward no chunk: 300 slices of one thread in falling order (300 runs, past
+    MAX_RUNS) among 33,000 instant events are sorted in memory, and quick answers as the exact read does."""
+    x = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1}
+    events = [dict(x, name=f"f{k}", ts=1300.0 - k, dur=0.5) for k in range(300)]
+    events += [{"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 1000.0, "s": "t"} for _ in range(33_000)]
+    got = timeline.quick(Lists(events, 500))
+    assert got is not None and timeline_of(got) == timeline_of(exact(events))
+
+
+def test_a_cat_of_any_json_type_is_damage_the_exact_read_counts_not_a_crash():
+    """A complete event whose cat is a list, in a trace the one-pass read gives up on (a NaN time): read() counts
+    it as the exact read does, and does not stop on it."""
+    x = {"ph": "X", "pid": 1, "tid": 1, "dur": 1.0}
+    events = [dict(x, cat="cpu_op", name=f"f{k}", ts=1000.0 + 2 * k) for k in range(20)]
+    events += [dict(x, cat=["cpu_op"], name="odd", ts=1050.0), dict(x, cat="cpu_op", name="nan", ts=float("nan"))]
+    assert timeline.quick(Lists(events, 7)) is None
+    t = timeline.read(lambda: Lists(events, 7))
+    assert timeline_of(t) == timeline_of(exact(events)) and t.damage.report()

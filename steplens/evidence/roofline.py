@@ -45,6 +45,9 @@ MODEL_TIME = (
 )
 
 
+OPERATOR_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")  # what Operators.keep reads
+
+
 class Operators:
     """The cpu_ops and launch calls of a trace, kept in the pass that reads its timeline (timeline.read's tap),
     to link each kernel to the operator that launched it: the innermost cpu_op around the launch call, on the
@@ -62,7 +65,7 @@ class Operators:
     def keep(self, ev: dict[str, Any], start: float, dur: float) -> None:
         """Keep one complete event the reader kept, if it is a cpu_op or a launch call."""
         cat = ev.get("cat")
-        if cat not in self.keep.cats:
+        if cat not in OPERATOR_CATS:
             return
         args = ev.get("args") or {}
         where = (ev.get("pid"), ev.get("tid"))
@@ -78,7 +81,7 @@ class Operators:
         elif args.get("correlation") is not None:
             self.launches[args["correlation"]] = (*where, start, start + dur, ev.get("name", ""))
 
-    keep.cats = ("cpu_op", "cuda_runtime", "cuda_driver")  # the reader gives it no other event (timeline.tap_cats)
+    keep.cats = OPERATOR_CATS  # the reader gives it no other event (timeline.tap_cats)
 
     def launchers(self) -> dict[Any, tuple[str, tuple | None]]:
         """{correlation id: (launch call name, (op index, OpCall) or None)}: the innermost enclosing cpu_op."""

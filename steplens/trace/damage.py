@@ -185,9 +185,15 @@ def _number(value: Any) -> tuple[float | None, str | None]:
     return (v, kind) if math.isfinite(v) else (None, "non_finite")
 
 
+def figure_cat(ev: dict[str, Any]) -> bool:
+    """Whether the event's cat is one a figure reads (a cat of any other JSON type, a list say, is none)."""
+    cat = ev.get("cat")
+    return type(cat) is str and cat in FIGURE_CATS
+
+
 def check_complete(ev: dict[str, Any], damage: Damage) -> tuple[float, float] | None:
     """(start, duration) of a complete event in µs, or None after counting why it cannot be read."""
-    touches = ev.get("cat") in FIGURE_CATS or "cat" not in ev
+    touches = figure_cat(ev) or "cat" not in ev
     if "ts" not in ev or "dur" not in ev or "name" not in ev:
         damage.add("missing_field", ev, touches)
         return None
@@ -340,12 +346,12 @@ def _kept(items, anchor, damage, skip, keys):
 def _keep(ev, ts, dur, anchor, damage, skip, keys) -> bool:
     """Whether a readable complete event is kept: near the trace's time, and not the second copy of one."""
     if abs(ts - anchor) > FAR_US:
-        damage.add("far_outside", ev, ev.get("cat") in FIGURE_CATS)
+        damage.add("far_outside", ev, figure_cat(ev))
         return False
     key = fingerprint(ev, ts, dur)
     if keys is not None:
         keys.add(key)
     elif skip is not None and skip(key):
-        damage.add("duplicate", ev, ev.get("cat") in FIGURE_CATS)
+        damage.add("duplicate", ev, figure_cat(ev))
         return False
     return True

@@ -183,10 +183,10 @@ def _sweep(events: Iterator[tuple[float, int, int, int]], spans: list[tuple[floa
     def before():  # (allocated, reserved) just before the event at index
         return (prev[2], prev[3]) if prev is not None else (first[2] - first[1], first[3])
 
-    def settle(b: int, upto: float) -> int:  # the open spans see the peaks; then the bounds up to upto pass
+    def settle(b: int, upto: float | None) -> int:  # the open spans see the peaks; the bounds up to upto pass
         for span in open_.values():
             span.see(top_a, top_r)
-        while b < len(bounds) and bounds[b][0] <= upto:
+        while b < len(bounds) and (upto is None or bounds[b][0] <= upto):  # None: every bound left
             _, kind, q = bounds[b]
             if kind == 0:
                 open_[q] = _Span(before(), index)
@@ -210,7 +210,7 @@ def _sweep(events: Iterator[tuple[float, int, int, int]], spans: list[tuple[floa
             for span in open_.values():
                 span.points.append((event[0], event[2]))
         prev, index = event, index + 1
-    settle(b, _INF)
+    settle(b, None)
     return found
 
 

@@ -39,18 +39,19 @@ def wide_integer(data: bytes, before: bytes = b"") -> bool:
     """Whether data (after the bytes before it) may hold an integer that 64 bits do not hold. Only runs of 19
     digits or more are looked at: one after a '.' is a fraction, which both parsers read alike; one that fits
     (baseTimeNanoseconds, say) is read alike too; any other answers True, even inside a string. data is looked at
-    alone, then where it meets before (a run across the two): never copied whole."""
-    return _wide(data) or _wide(before + data[: len(_LONG_RUN) + 2])
+    alone (but for a run at its start, which may go on from before), then where it meets before: never copied
+    whole. It answers as one look at before + data would."""
+    return _wide(data, 1) or _wide(before + data[: len(_LONG_RUN) + 2], 0)
 
 
-def _wide(raw: bytes) -> bool:
-    """wide_integer of raw alone: a run at its start is read as if nothing came before it."""
+def _wide(raw: bytes, start: int) -> bool:
+    """wide_integer of the runs in raw that start at or after start (a run at raw's start: nothing before it)."""
     text = raw.translate(_DIGITS)
     i = text.find(_LONG_RUN)
     while i >= 0:
         end = _RUN_END.match(text, i).end()
         sign = raw[i - 1 : i] if i else b""
-        if sign != b".":
+        if i >= start and sign != b".":
             if sign in (b"e", b"E", b"+") or end - i > 20:
                 return True
             if int(raw[i:end]) > (_I64 if sign == b"-" else _U64):

@@ -244,7 +244,7 @@ class Runs:
     each group's records come as a few sorted runs (a trace's thread lists its operators in order, then its
     Python functions in order), since a run is written as it came and only merged.
 
-    Each group's new records are held as width columns (lists: an append to one costs a tenth of an array's),
+    Each group's new records are held as width columns (lists: an append to one costs about a third of an array's),
     add() gives them: append one number to each column a record, and call flush() once they pass the chunk (all
     groups together). flush() cuts each group's
     new records into sorted runs (where a record is smaller than the one before) and writes them to an unnamed

@@ -167,7 +167,7 @@ _EXACT_NS = 1 << 53  # the records hold ns in doubles: exact up to here
 _IDS = frozenset((int, str, type(None)))  # what a pid or tid may be
 _NO_ARGS: dict[str, Any] = {}  # the args of an event without any (never changed)
 _2_52 = float(1 << 52)  # a double at or past it is a whole number; r + 2**52 - 2**52 rounds r (below it) to one
-NAMES_KEPT = 1 << 14  # names quick keeps as read (a trace has a few thousand distinct ones)
+NAME_CHARS_KEPT = 1 << 20  # the characters of the names quick keeps as read (a trace's distinct ones: 33,000)
 _FAST_DUR_US = float(1 << 51) / 1000.0  # a duration the fast way reads (26 days): its ns are at most 2**51
 _NUMBERS = frozenset((int, float))
 
@@ -219,14 +219,16 @@ class _OnePass:
         self.anchor = self.base = None  # base: the ns the records count from
         self.early = []  # the first ANCHOR_EVENTS starts: their median is the trace's time (damage.readable)
         self.pending = 0  # events since the records were last written (an upper bound of the records)
-        self.names_read: set[str] = set()  # names found printable (the first NAMES_KEPT): each looked at once
+        self.names_read: set[str] = set()  # names found printable (NAME_CHARS_KEPT characters of them at most)
+        self.name_chars = 0
 
     def printable(self, name: str) -> bool:
         """Whether the name is printable (a name that is not is damage: for the exact read); kept where it is."""
         if not name.isprintable():
             return False
-        if len(self.names_read) < NAMES_KEPT:
+        if self.name_chars + len(name) <= NAME_CHARS_KEPT:
             self.names_read.add(name)
+            self.name_chars += len(name)
         return True
 
     def each(self, events: list[Any]) -> bool:
@@ -311,13 +313,18 @@ class _OnePass:
         return self.written(len(events))
 
     def written(self, events: int) -> bool:
-        """After each list: the records are written once a chunk of events came (a chunk and a list at most are
-        held); False where a track's records came in too many runs (for the exact read)."""
+        """After each list: the records are written once they pass a chunk (a chunk and a list at most are held;
+        pending, the events since, bounds them, and they are counted only when it passes the chunk); False where
+        a track's records came in too many runs (for the exact read)."""
+        records = self.found.records
         self.pending += events
-        if self.pending < self.found.records.chunk:
+        if self.pending < records.chunk:
+            return True
+        self.pending = sum(len(columns[0]) for columns in records.new)
+        if self.pending < records.chunk:
             return True
         self.pending = 0
-        return self.found.records.flush()
+        return records.flush()
 
     def times(self, ts: Any, dur: Any) -> tuple[float, int, float, int, float, float] | None:
         """(start, start ns less the base, duration, duration ns, and _fast_limit's two once the base is known) of a
@@ -379,12 +386,12 @@ def read(open_events: Callable[[], Iterable[Any]], tap: Callable[[], Tap] | None
     a later pass starts afresh.
     Python's cycle collector is paused meanwhile (and restored as it was, however the read ends): the parsed
     events hold no cycles and are freed as they go, and its passes over them cost about 3% of the read."""
-    paused = gc.isenabled()
+    was_on = gc.isenabled()
     gc.disable()
     try:
         return _read(open_events, tap)
     finally:
-        if paused:
+        if was_on:
             gc.enable()
 
 

@@ -2,6 +2,7 @@
 
     python scripts/reader_bench.py FOLDER                    # 291 MB and 1.07 GB traces, 3 rounds
     python scripts/reader_bench.py FOLDER --copies 6 --rounds 1
+    python scripts/reader_bench.py FOLDER --instructions        # instructions executed, on the source trace
 
 FOLDER receives the scaled traces (scripts/scale_trace.py: copies of a workers=0 full trace, made once and kept),
 a second name of each (for diff) and a folder of two ranks of each (for ranks). First every bare parser at hand
@@ -11,7 +12,12 @@ its second name, and `steplens ranks` of its two ranks, one after another (alter
 shared machine falls on all of them alike), each in a fresh process: its wall time, CPU time and peak memory
 (GNU time's maximum resident set). The table gives each one's median over the rounds, and the median of its
 per-round ratio to the bare parse of what it reads: one parse of the trace for summarize, two for diff and ranks
-(each reads two traces)."""
+(each reads two traces).
+
+--instructions: the instructions each command executes instead (valgrind --tool=cachegrind --cache-sim=no, with
+PYTHONHASHSEED=0), on the unscaled source trace, once each: a count other work on a shared machine does not move,
+where wall times on such a machine move by half between rounds. It counts work, not time (a cache miss costs more
+than an instruction); valgrind runs a command about 50 times slower."""
 
 import argparse
 import gzip
@@ -19,12 +25,14 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 
 TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command alone
+VALGRIND = "valgrind"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(
     ROOT,
@@ -113,6 +121,36 @@ def measure(cmd):
     return wall, float(user) + float(system), int(kb) / 1024
 
 
+def instructions(cmd):
+    """The instructions a command executes (cachegrind's I refs), in a fresh process, string hashing fixed."""
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED="0")
+    proc = subprocess.run(
+        [VALGRIND, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *cmd],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    err = proc.stderr.decode()
+    found = re.search(r"I\s+refs:\s+([\d,]+)", err)
+    if proc.returncode or not found:
+        raise SystemExit(f"reader_bench.py: error: {' '.join(cmd)} under valgrind: {err.strip().splitlines()[-3:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def count_instructions(folder, source):
+    """Each command's instructions on the source trace, and its ratio to the bare orjson parse of what it reads."""
+    sizes = {1: prepare(folder, 1, source)}
+    mb = sizes[1]["json_bytes"] / 1e6
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()}: instructions (cachegrind), {sizes[1]['trace']}")
+    print(f"# one copy of {source} by scripts/scale_trace.py, {mb:.0f} MB of JSON")
+    counts = {}
+    for copies, task, cmd in commands(sizes, "orjson"):
+        counts[task] = instructions(cmd)
+        ratio = counts[task] / (counts["parse"] * READS[task])
+        print(
+            f"{task:<10} {counts[task]:>16,} instructions  {ratio:5.2f} x the bare parse of what it reads", flush=True
+        )
+    return 0
+
+
 def prepare(folder, copies, source):
     """The scaled trace (made once), its second name, and its two-rank folder."""
     trace = os.path.join(folder, f"w0-x{copies}.pt.trace.json.gz")
@@ -145,6 +183,7 @@ def main(argv=None):
     p.add_argument("--copies", type=int, nargs="+", default=[6, 22], help="scaled traces' copies (default: 6 22)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of every command (default: 3)")
     p.add_argument("--source", default=SOURCE, help="the trace to scale (default: the workers=0 full H200 trace)")
+    p.add_argument("--instructions", action="store_true", help="count instructions (valgrind) instead of timing")
     p.add_argument("--parse", nargs=2, metavar=("PARSER", "TRACE"), help=argparse.SUPPRESS)  # a child's task
     args = p.parse_args(argv)
     if args.parse:
@@ -152,6 +191,11 @@ def main(argv=None):
         return 0
     if not args.folder:
         p.error("a folder for the scaled traces is needed")
+    if args.instructions:
+        if shutil.which(VALGRIND) is None:
+            p.error("valgrind is needed to count instructions: apt-get install valgrind")
+        os.makedirs(args.folder, exist_ok=True)
+        return count_instructions(args.folder, args.source)
     if not os.access(TIME, os.X_OK):
         p.error(f"{TIME} (GNU time) is needed to measure each command's peak memory: apt-get install time")
     if args.rounds < 1 or min(args.copies) < 1:

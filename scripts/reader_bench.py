@@ -184,7 +184,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="rounds of every command (default: 3)")
     p.add_argument("--source", default=SOURCE, help="the trace to scale (default: the workers=0 full H200 trace)")
     p.add_argument("--instructions", action="store_true", help="count instructions (valgrind) instead of timing")
-    p.add_argument("--parse", nargs=2, metavar=("PARSER", "TRACE"), help=argparse.SUPPRESS)  # a child's task
+    p.add_argument("--parse", nargs=2, metavar=("PARSER", "TRACE"), help="one bare parse (what each round runs)")
     args = p.parse_args(argv)
     if args.parse:
         print(parse(*args.parse))

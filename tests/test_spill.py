@@ -116,7 +116,16 @@ def test_the_spill_goes_to_its_folder_and_a_ram_disk_is_named_once(tmp_path, mon
     assert err.count("RAM disk (tmpfs)") == 1 and str(folder) in err, err
 
 
-def test_the_file_system_of_a_folder_is_read_from_the_mounts():
-    """/proc is a proc file system; a path under it is too."""
+def test_the_file_system_of_a_folder_is_read_from_the_mounts(tmp_path):
+    """/proc is a proc file system; a path under it is too. The longest mount point above a path wins, wherever
+    it stands in the table: /dev/shm is a RAM disk inside /dev (devtmpfs)."""
     assert spill.file_system("/proc") == "proc"
     assert spill.file_system("/proc/self") == "proc"
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "/dev/vda / ext4 rw 0 0\ndevtmpfs /dev devtmpfs rw 0 0\ntmpfs /dev/shm tmpfs rw 0 0\ntmpfs /run tmpfs rw 0 0\n"
+    )
+    assert spill.file_system("/dev/shm/steplens", str(mounts)) == "tmpfs"
+    assert spill.file_system("/dev/null", str(mounts)) == "devtmpfs"
+    assert spill.file_system("/home/me", str(mounts)) == "ext4"
+    assert spill.file_system("/runner", str(mounts)) == "ext4"  # not under /run

@@ -39,20 +39,24 @@ class SpillError(TraceError):
     """The temp file could not be written whole (a full disk, a quota, an I/O error)."""
 
 
+_WHERE = f"{SPILL_DIR} picks another folder"  # said with every error of the temp file
+
+
 def spill_dir() -> str:
     """The folder the temp files go to: $STEPLENS_SPILL_DIR where set, else the system's temp folder."""
     return os.environ.get(SPILL_DIR) or tempfile.gettempdir()
 
 
-def file_system(path: str) -> str | None:
-    """The type of the file system that holds path (/proc/mounts' longest mount point above it), or None."""
+def file_system(path: str, mounts_file: str = "/proc/mounts") -> str | None:
+    """The type of the file system that holds path (the mount table's longest mount point above it), or None."""
     try:
-        with open("/proc/mounts") as f:
+        with open(mounts_file) as f:
             mounts = [line.split()[1:3] for line in f]
     except OSError:
         return None
     path = os.path.realpath(path)
-    best = max((m for m in mounts if path == m[0] or path.startswith(m[0].rstrip("/") + "/")), key=len, default=None)
+    above = (m for m in mounts if len(m) == 2 and (path == m[0] or path.startswith(m[0].rstrip("/") + "/")))
+    best = max(above, key=lambda m: len(m[0]), default=None)  # the longest mount point; the last of equal ones
     return best[1] if best else None
 
 
@@ -72,7 +76,7 @@ def _temp_file():
     try:
         return tempfile.TemporaryFile(prefix="steplens-spill-", dir=folder)
     except OSError as e:
-        raise SpillError(f"cannot make the sort's temp file in {folder} ({SPILL_DIR}): {e.strerror}") from e
+        raise SpillError(f"cannot make the sort's temp file in {folder} ({_WHERE}): {e.strerror}") from e
 
 
 class SortedRecords:
@@ -371,9 +375,9 @@ def _write_all(fd: int, data: memoryview, at: int) -> None:
         try:
             wrote = os.pwrite(fd, data[done:], at + done)
         except OSError as e:
-            raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): {e.strerror}") from e
+            raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({_WHERE}): {e.strerror}") from e
         if wrote <= 0:
-            raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({SPILL_DIR}): no byte written")
+            raise SpillError(f"cannot write the sort's temp file in {spill_dir()} ({_WHERE}): no byte written")
         done += wrote
 
 

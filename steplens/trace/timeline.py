@@ -167,7 +167,7 @@ _EXACT_NS = 1 << 53  # the records hold ns in doubles: exact up to here
 _IDS = frozenset((int, str, type(None)))  # what a pid or tid may be
 _NO_ARGS: dict[str, Any] = {}  # the args of an event without any (never changed)
 _2_52 = float(1 << 52)  # a double at or past it is a whole number; r + 2**52 - 2**52 rounds r (below it) to one
-NAME_CHARS_KEPT = 1 << 20  # the characters of the names quick keeps as read (a trace's distinct ones: 33,000)
+NAME_CHARS_KEPT = 1 << 20  # characters of the names quick keeps as read (the bench trace's distinct ones: 33,000)
 _FAST_DUR_US = float(1 << 51) / 1000.0  # a duration the fast way reads (26 days): its ns are at most 2**51
 _NUMBERS = frozenset((int, float))
 

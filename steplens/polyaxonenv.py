@@ -58,6 +58,28 @@ def tell(tracking: ModuleType, description: str, readme: str) -> None:
     asked("the run's readme", both)
 
 
+def log_outputs(tracking: ModuleType, paths: dict[str, str], what: str) -> bool:
+    """Files in the run's outputs (paths: artifact name -> path), logged as its artifacts in one request, through
+    polyaxon.tracking after init(). Synchronous, so that a refusal is seen and asked again: the client's own
+    log_artifact sends its lineage asynchronously, and drops it where the process ends first."""
+    from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
+
+    run_folder = tracking.get_artifacts_path()
+    # The summary's path is relative to the artifacts store, as the client's own log_artifact_ref gives it: the
+    # server answers a lineage without a summary with 405.
+    lineage = [
+        V1RunArtifact(
+            name=name,
+            kind=V1ArtifactKind.FILE,
+            path=os.path.relpath(path, run_folder),
+            summary={"path": os.path.relpath(path, os.path.dirname(run_folder))},
+            is_input=False,
+        )
+        for name, path in paths.items()
+    ]
+    return asked(what, lambda: tracking.TRACKING_RUN.log_artifact_lineage(lineage, False))
+
+
 def namespace() -> str:
     """The Kubernetes namespace of this job: Polyaxon's converter sets POLYAXON_K8S_NAMESPACE in every job's pod,
     from the pod's own metadata. Outside a cluster "default": the local viewer's streams service takes any."""

@@ -20,6 +20,7 @@ import sys
 import textwrap
 from typing import Any
 
+from steplens.atomic import write_atomic
 from steplens.evidence.formatting import damage_lines
 from steplens.evidence.roofline import NO_CLASS_WORK, load_builder
 from steplens.project.comparison import (
@@ -608,16 +609,21 @@ def write_outputs(result: dict[str, Any], out_dir: str) -> tuple[dict[str, str],
 
 
 def log_to_polyaxon(paths: dict[str, str]) -> None:
-    """Inside a Polyaxon run: the picture as an image, the tables as artifacts."""
+    """Inside a Polyaxon run: the picture as an image, the tables copied into the run's outputs and logged as its
+    artifacts (comparison-markdown, -csv, -json)."""
     from polyaxon import tracking
 
-    from steplens.polyaxonenv import managed_identity
+    from steplens.polyaxonenv import log_outputs, managed_identity
 
     tracking.init(**managed_identity())
     if "png" in paths:
         tracking.log_image(data=paths["png"], name="comparison")
+    outputs = tracking.get_outputs_path()
+    copies = {}
     for kind in ("markdown", "csv", "json"):
-        tracking.log_artifact(path=paths[kind], name=f"comparison-{kind}")
+        with open(paths[kind], "rb") as f:
+            copies[f"comparison-{kind}"] = write_atomic(os.path.join(outputs, os.path.basename(paths[kind])), f.read())
+    log_outputs(tracking, copies, "the comparison's tables as artifacts")
     tracking.end()
 
 

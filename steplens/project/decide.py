@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from steplens.atomic import write_atomic
-from steplens.polyaxonenv import asked, is_managed, managed_identity, tell
+from steplens.polyaxonenv import is_managed, log_outputs, managed_identity, tell
 from steplens.project.comparison import compare_records
 from steplens.project.diff import DiffError, read_sides
 from steplens.project.runs import CompareError, gather_offline, gather_polyaxon
@@ -205,25 +205,12 @@ def record_in_run(out: dict[str, Any], folder: str | None) -> list[str]:
     """Inside a Polyaxon run: decision.md and decision.json in the run's outputs (and in folder, if given), logged as
     its artifacts in one request; decision.md as the run's readme, the outcome as its description."""
     from polyaxon import tracking
-    from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
 
     tracking.init(**managed_identity())
     paths = write_decision(out, tracking.get_outputs_path())
-    run_folder = tracking.get_artifacts_path()
-    # The summary's path is relative to the artifacts store, as the client's own log_artifact_ref gives it: the
-    # server answers a lineage without a summary with 405.
-    lineage = [
-        V1RunArtifact(
-            name=f"decision-{kind}",
-            kind=V1ArtifactKind.FILE,
-            path=os.path.relpath(path, run_folder),
-            summary={"path": os.path.relpath(path, os.path.dirname(run_folder))},
-            is_input=False,
-        )
-        for kind, path in paths.items()
-    ]
-    # Synchronous, so that a refusal is seen and asked again (the client would drop an asynchronous one).
-    asked("the decision's files as artifacts", lambda: tracking.TRACKING_RUN.log_artifact_lineage(lineage, False))
+    log_outputs(
+        tracking, {f"decision-{kind}": path for kind, path in paths.items()}, "the decision's files as artifacts"
+    )
     sides = out["sides"]
     tell(
         tracking, f"{sides['before']['group']} -> {sides['after']['group']}: {OUTCOMES[out['outcome']]}", markdown(out)

@@ -796,6 +796,9 @@ def test_compare_inside_a_polyaxon_run_logs_the_picture(sandbox, offline_study, 
     lineage = sandbox.run_client("cmp", run.uuid).get_artifacts_lineage().results or []
     names = {a.name for a in lineage}
     assert {"comparison-markdown", "comparison-csv", "comparison-json"} <= names, names
+    # Each one is where its lineage says, in the run's folder on the server's store.
+    paths = [os.path.join(store, a.path) for a in lineage if a.name.startswith("comparison-")]
+    assert all(os.path.isfile(p) for p in paths), (paths, list(os.walk(store)))
 
 
 def test_the_lever_study_turns_its_order_each_round(tmp_path):

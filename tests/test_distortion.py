@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, single_run
+from conftest import ROOT, TINY, single_run
 from test_profiling import SHORT, capture, two_cycles
 from test_stopping import assert_stopped, signal_at
 
@@ -195,10 +195,10 @@ def test_a_profile_run_times_equal_blocks_before_and_after_the_capture(profile_r
 def test_a_stop_during_the_after_block_keeps_the_profiled_results(tmp_path):
     """SIGTERM in the second unprofiled block: it ends there, the evidence is written with the steps it
     completed, and run.json says stopped with the results."""
-    argv = ["--mode", "profile", "--device", "cpu", "--data", "synthetic", "--batch-size", "16", "--warmup-steps", "1"]
-    argv += ["--profile-detail", "lean"]  # the stop comes after the capture: its cost buys this test nothing
+    argv = ["--mode", "profile", *TINY, "--profile-detail", "lean"]  # lean: the capture's cost buys this test nothing
+    # 100 ms a sample: the block's 10 steps take seconds, far longer than the signal takes to arrive
     code, stderr, workers = signal_at(
-        argv, tmp_path, "unprofiled steps after the capture (", signal.SIGTERM, timeout=900
+        argv, tmp_path, "unprofiled steps after the capture (", signal.SIGTERM, timeout=900, slow_sample_ms=100
     )  # the marker comes after both profiled cycles
     record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"unprofiled timing after"})
     res = record.get("results")

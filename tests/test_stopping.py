@@ -47,9 +47,10 @@ def alive(pid):
         return False
 
 
-def signal_at(args, offline_root, marker, signum, slow_export=None, second=False, timeout=300):
-    """Start train.py (each trace export slowed by slow_export seconds, if given), wait for a stderr line
-    containing marker, send signum (twice if second); return (returncode, stderr, worker pids seen at the signal)."""
+def signal_at(args, offline_root, marker, signum, slow_export=None, second=False, timeout=300, slow_sample_ms=None):
+    """Start train.py (each trace export slowed by slow_export seconds, each sample by slow_sample_ms, if given),
+    wait for a stderr line containing marker, send signum (twice if second); return (returncode, stderr, worker
+    pids seen at the signal). A slow sample sleeps: it makes a phase last without the CPU work of a larger batch."""
     script = (
         [os.path.join(ROOT, "tests", "slow_export.py"), str(slow_export)]
         if slow_export
@@ -58,7 +59,7 @@ def signal_at(args, offline_root, marker, signum, slow_export=None, second=False
     proc = subprocess.Popen(
         [sys.executable, *script, *args],
         cwd=ROOT,
-        env=polyaxon_env(offline_root),
+        env=polyaxon_env(offline_root, **({data.SLOW_SAMPLE_ENV: str(slow_sample_ms)} if slow_sample_ms else {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -107,17 +108,13 @@ def assert_stopped(offline_root, returncode, stderr, signum, workers, phases):
     return record
 
 
-PHASES = [  # name, extra args, stderr marker, phases the stop may land in, seconds each trace export is slowed
-    ("start-up", ["--mode", "bench"], "outputs:", {"start-up", "warm-up"}, None),
-    ("warm-up", ["--mode", "bench", "--warmup-steps", "400", "--workers", "1"], "warm-up:", {"warm-up"}, None),
-    (  # batch 16: the 5 steps of cycle 2 and its export, seconds on a busy machine, leave time for the signal
-        "profiled steps",
-        ["--mode", "profile", "--batch-size", "16", "--workers", "1"],
-        "profile: cycle 1",
-        {"profile"},
-        None,
-    ),
-    ("trace export", ["--mode", "profile", "--workers", "1"], "profile: writing a trace", {"profile"}, 3),
+# name, extra args, stderr marker, phases the stop may land in, seconds each trace export is slowed, ms each sample
+PHASES = [
+    ("start-up", ["--mode", "bench"], "outputs:", {"start-up", "warm-up"}, None, None),
+    ("warm-up", ["--mode", "bench", "--warmup-steps", "400", "--workers", "1"], "warm-up:", {"warm-up"}, None, None),
+    # 100 ms a sample: the 5 steps of cycle 2 and its export take seconds, time for the signal on a busy machine
+    ("profiled steps", ["--mode", "profile", "--workers", "1"], "profile: cycle 1", {"profile"}, None, 100),
+    ("trace export", ["--mode", "profile", "--workers", "1"], "profile: writing a trace", {"profile"}, 3, None),
     # the bench window: test_polyaxon_lists_a_stopped_run
 ]
 
@@ -126,15 +123,15 @@ PHASES = [  # name, extra args, stderr marker, phases the stop may land in, seco
 CASES = [("SIGTERM", *p) for p in PHASES] + [("SIGINT", *p) for p in PHASES if p[0] in ("warm-up", "trace export")]
 
 
-@pytest.mark.parametrize("signame,phase,args,marker,phases,env", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_a_signal_stops_the_run_cleanly(tmp_path, signame, phase, args, marker, phases, env):
+@pytest.mark.parametrize("signame,phase,args,marker,phases,export,sample", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_a_signal_stops_the_run_cleanly(tmp_path, signame, phase, args, marker, phases, export, sample):
     """SIGTERM (Kubernetes, `polyaxon ops stop`) and SIGINT (Ctrl-C) at each phase: a recorded stop."""
     base = {"--device": "cpu", "--data": "synthetic", "--batch-size": "4", "--warmup-steps": "1"}
     for k in args[::2]:
         base.pop(k, None)
     argv = args + [x for kv in base.items() for x in kv]
     signum = SIGNALS[signame]
-    code, stderr, workers = signal_at(argv, tmp_path, marker, signum, env)
+    code, stderr, workers = signal_at(argv, tmp_path, marker, signum, export, slow_sample_ms=sample)
     record = assert_stopped(tmp_path, code, stderr, signum, workers, phases)
     if phase == "trace export":
         # The trace being written when the signal came is completed, and nothing after it.
@@ -149,9 +146,9 @@ def test_a_signal_stops_the_run_cleanly(tmp_path, signame, phase, args, marker, 
 def test_a_stop_during_the_unprofiled_timing_counts_its_completed_steps(tmp_path):
     """Profile mode times 10 unprofiled steps before the capture: a stop there says so and counts the steps
     that completed before the boundary that honoured it (at least the one in flight when the signal came)."""
-    # batch 16: the block's 10 steps take seconds, far longer than the signal takes to arrive
-    argv = ["--mode", "profile", "--device", "cpu", "--data", "synthetic", "--batch-size", "16", "--warmup-steps", "1"]
-    code, stderr, workers = signal_at(argv, tmp_path, "unprofiled steps", signal.SIGTERM)
+    # 100 ms a sample: the block's 10 steps take seconds, far longer than the signal takes to arrive
+    argv = ["--mode", "profile", *TINY]
+    code, stderr, workers = signal_at(argv, tmp_path, "unprofiled steps", signal.SIGTERM, slow_sample_ms=100)
     record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"unprofiled timing"})
     assert 1 <= record["stopped"]["steps_completed_in_phase"] <= 10, record["stopped"]
     assert ", 0 steps completed in it" not in stderr

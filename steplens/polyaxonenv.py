@@ -65,8 +65,9 @@ def log_outputs(tracking: ModuleType, paths: dict[str, str], what: str) -> bool:
     from polyaxon.schemas import V1ArtifactKind, V1RunArtifact
 
     run_folder = tracking.get_artifacts_path()
-    # The summary's path is relative to the artifacts store, as the client's own log_artifact_ref gives it: the
-    # server answers a lineage without a summary with 405.
+    # The summary's path is relative to the artifacts store, as the client's own log_artifact_ref gives it where it
+    # skips the file's hash (with the hash it gives the absolute path). The server answers a lineage without a
+    # summary with 405.
     lineage = [
         V1RunArtifact(
             name=name,

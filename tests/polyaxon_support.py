@@ -229,11 +229,11 @@ class Sandbox:
         """The run marked succeeded (set_status)."""
         self.set_status(client, "succeeded", "made")
 
-    def set_status(self, client, status, message):
+    def set_status(self, client, status, message, reason="TestStandIn"):
         """The run's status set, waiting for the server's answer: the client's log_status posts it in the
         background, where a 405 from the sandbox would pass unseen and a test that reads the run at once could
         find the status before it."""
-        _, condition = client._build_status_condition(status=status, reason="TestStandIn", message=message)
+        _, condition = client._build_status_condition(status=status, reason=reason, message=message)
         self.api(
             client.client.runs_v1.create_run_status,
             owner=client.owner,
@@ -297,7 +297,7 @@ class Sandbox:
         client.refresh_data()
         if client.run_data.status not in ("succeeded", "failed", "stopped"):
             ending = "succeeded" if proc.returncode == 0 else "failed"
-            self.set_status(client, ending, f"exit {proc.returncode}")
+            self.set_status(client, ending, f"exit {proc.returncode}", reason="TestAgentStandIn")
         return proc, container
 
 

@@ -112,7 +112,8 @@ def assert_stopped(offline_root, returncode, stderr, signum, workers, phases):
 PHASES = [
     ("start-up", ["--mode", "bench"], "outputs:", {"start-up", "warm-up"}, None, None),
     ("warm-up", ["--mode", "bench", "--warmup-steps", "400", "--workers", "1"], "warm-up:", {"warm-up"}, None, None),
-    # 100 ms a sample: the 5 steps of cycle 2 and its export take seconds, time for the signal on a busy machine
+    # 100 ms a sample: the steps of cycle 2 that wait on the worker (it runs two batches ahead) and the cycle's export
+    # take seconds of sleep, time for the signal on a busy machine
     ("profiled steps", ["--mode", "profile", "--workers", "1"], "profile: cycle 1", {"profile"}, None, 100),
     ("trace export", ["--mode", "profile", "--workers", "1"], "profile: writing a trace", {"profile"}, 3, None),
     # the bench window: test_polyaxon_lists_a_stopped_run

@@ -131,7 +131,8 @@ class ImageSet:
 
 def slow_sample_seconds() -> float:
     """The test hook SLOW_SAMPLE_ENV in seconds (0 when unset): a deliberately slow transform, for the tests of
-    the workers' verdict. Documented in docs/INPUT.md; no run outside the tests sets it."""
+    the workers' verdict and the stop tests that need a phase to last. Documented in docs/INPUT.md; no run outside
+    the tests sets it."""
     return hook_seconds(SLOW_SAMPLE_ENV)
 
 

@@ -325,3 +325,33 @@ def test_decide_names_its_own_flag_when_the_before_label_is_no_group(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert err.startswith("steplens decide: error: --before 'batch_size=3' is none of the groups"), err
     assert "\n" not in err
+
+
+REPROFILE = os.path.join(ROOT, "results", "h200-reprofile", "eager", "runs")
+W0_RUN, W4_RUN = (
+    os.path.join(REPROFILE, u) for u in ("cd71033606ba42f6b997804deb9ae741", "4220df20529845b38750930bef04749a")
+)
+
+
+def test_decide_refuses_traces_whose_own_run_has_another_setting(tmp_path, capsys):
+    """workers=0 and workers=4 profile runs given as --before workers=2 --after workers=8: their run.json says
+    otherwise, so the decision would mix two settings' traces with two others' bench runs. One line, exit 1,
+    before any trace is read; the labels the runs do have pass."""
+    offline = os.path.join(ROOT, "results", "h200", "offline")
+    code = decide.main([W0_RUN, W4_RUN, "--offline", offline, "--before", "workers=2", "--after", "workers=8"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err, err
+    assert "has workers=0, not --before workers=2" in err and err.startswith(f"steplens decide: error: {W0_RUN}"), err
+    decide.check_label(W0_RUN, "workers=0", "--before")
+    decide.check_label(W4_RUN, "batch_size=128, workers=4, amp=off", "--after")  # off matches the run's "off"
+    decide.check_label(W4_RUN, "workers=4, bench_steps=300", "--after")  # a bench-only setting is not checked
+    with pytest.raises(decide.DecideError, match="has amp=off, not --after amp=bf16"):
+        decide.check_label(W4_RUN, "amp=bf16", "--after")
+    # The run's folder, its traces folder and one of its traces lead to the same run.json; a folder of no run, none.
+    trace = os.path.join(W0_RUN, "outputs", "traces", "trace-cycle2-steps7-9.pt.trace.json.gz")
+    found = {decide.side_record(p)[0] for p in (W0_RUN, os.path.dirname(trace), trace)}
+    assert found == {os.path.join(W0_RUN, "outputs", "run.json")}
+    assert decide.side_record(str(tmp_path)) is None
+    decide.check_label(str(tmp_path), "workers=2", "--before")
+    (tmp_path / "run.json").write_text(json.dumps({"settings": {"workers": 0}}))  # a uuid is no file: not looked up
+    assert decide.side_record(str(tmp_path / "0d8412e990df407a934d53950e5efccf")) is None

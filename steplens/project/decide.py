@@ -21,7 +21,7 @@ from typing import Any
 
 from steplens.atomic import write_atomic
 from steplens.polyaxonenv import is_managed, log_outputs, managed_identity, tell
-from steplens.project.comparison import compare_records
+from steplens.project.comparison import baseline_groups, compare_records
 from steplens.project.diff import DiffError, read_sides
 from steplens.project.runs import CompareError, gather_offline, gather_polyaxon
 from steplens.stats import ALPHA, sign_test_p
@@ -44,6 +44,58 @@ OUTCOMES = {
 
 class DecideError(Exception):
     pass
+
+
+# Settings a profile run and the bench runs of one setting may differ in: the label is not checked against them.
+MODE_SETTINGS = frozenset(
+    (
+        "mode",
+        "bench_steps",
+        "warmup_steps",
+        "repeat",
+        "seed",
+        "output_dir",
+        "data_dir",
+        "profile_detail",
+        "trace_format",
+    )
+)
+
+
+def side_record(path: str) -> tuple[str, dict[str, Any]] | None:
+    """The run.json of the profile run a side is from (a run's folder, its outputs or traces folder, or one of its
+    traces), and its path; None where the side is no single run's (a folder of several runs' traces, say), or no
+    file here (a run's uuid: its traces come from the server)."""
+    if not os.path.exists(path):
+        return None
+    up = os.path.dirname(os.path.abspath(path))
+    folders = [path, os.path.join(path, "outputs"), up] if os.path.isdir(path) else [up, os.path.dirname(up)]
+    for folder in folders:
+        found = os.path.join(folder, "run.json")
+        try:
+            with open(found) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("settings"), dict):
+            return found, record
+    return None
+
+
+def check_label(path: str, group: str, flag: str) -> None:
+    """DecideError where the side's own run says another value of a setting the label names (workers=0 traces
+    given as --before workers=2): the traces and the bench group would be of two settings."""
+    found = side_record(path)
+    if found is None:
+        return
+    where, record = found
+    for part in group.split(","):
+        k, _, v = part.strip().partition("=")
+        if k in record["settings"] and k not in MODE_SETTINGS and not baseline_groups(f"{k}={v}", [[record]]):
+            raise DecideError(
+                f"{path}: its run ({where}) has {k}={record['settings'][k]}, not {flag} {group}: the traces and "
+                "the bench group must be of one setting"
+            )
 
 
 def more_pairs(test: dict[str, Any], alpha: float = ALPHA) -> int | None:
@@ -254,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             raise CompareError(str(e).replace("--baseline ", "--before ", 1)) from e
         _, row = group_row(result, args.after_group)
         group_row(result, args.before_group)
+        check_label(args.before, args.before_group, "--before")
+        check_label(args.after, args.after_group, "--after")
         sides = read_sides([args.before, args.after], args.project, args.input_scope)
     except (DiffError, TraceError, CompareError, DecideError) as e:
         print(f"steplens decide: error: {e}", file=sys.stderr)

@@ -322,11 +322,11 @@ def run_bench(step, device, batches, args, stop, world):
 
 def main(argv=None):
     args = parse_settings(argv)  # exits 2 in one line on a bad flag, before torch is imported
-    stop, world, record = Stopper(), None, None
+    stop, world, record, made = Stopper(), None, None, []
     try:
         budget = machine.cpu_budget()
         workers_note = checks.check_workers(args, budget)
-        checks.check_places(args)
+        made = checks.check_places(args)
         import numpy as np
         import torch
 
@@ -383,6 +383,8 @@ def main(argv=None):
             record.failed(e, None if isinstance(e, UserError) else traceback.format_exc())
         if not isinstance(e, UserError):
             raise
+        if record is None:  # refused before the run began: the folders made for it go too
+            checks.remove_made(made)
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2 if record is None else 1
     finally:

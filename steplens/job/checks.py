@@ -13,9 +13,10 @@ from steplens.job.paths import DEFAULT_OFFLINE_ROOT
 from steplens.polyaxonenv import is_managed
 
 
-def writable_dirs(places: Iterable[tuple[str, str]]) -> None:
+def writable_dirs(places: Iterable[tuple[str, str]]) -> list[str]:
     """Each (path, flag) made (or found) a folder this process can write; else UserError naming it and the
-    problem, with the folders made here removed again (nothing is left behind)."""
+    problem, with the folders made here removed again (nothing is left behind). Returns the folders it made,
+    outermost first (remove_made takes them away if a later check refuses the run)."""
     made = []
     try:
         for path, flag in places:
@@ -37,23 +38,30 @@ def writable_dirs(places: Iterable[tuple[str, str]]) -> None:
             except OSError as e:
                 raise UserError(f"{flag} {path} is not a writable folder ({e.strerror or e})") from e
     except UserError:
-        for path in reversed(made):
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
+        remove_made(made)
         raise
+    return made
 
 
-def check_places(args: argparse.Namespace) -> None:
-    """Every place the run writes to, made (or found) writable before any heavy work; one line otherwise."""
+def check_places(args: argparse.Namespace) -> list[str]:
+    """Every place the run writes to, made (or found) writable before any heavy work; one line otherwise.
+    Returns the folders made (writable_dirs)."""
     places = [(args.output_dir, "--output-dir")] if args.output_dir else []
     if args.data == "cifar10":
         # Checked, not made: the download makes the folder, and removes it again if it fails.
         places.append((existing_part(args.data_dir), "--data-dir"))
     if not is_managed():
         places.append((os.environ.get("POLYAXON_OFFLINE_ROOT") or DEFAULT_OFFLINE_ROOT, "POLYAXON_OFFLINE_ROOT"))
-    writable_dirs(places)
+    return writable_dirs(places)
+
+
+def remove_made(made: list[str]) -> None:
+    """The folders writable_dirs made, removed where they are still empty (a run refused before it wrote any)."""
+    for path in reversed(made):
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
 
 
 def existing_part(path: str) -> str:

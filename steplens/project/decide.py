@@ -57,6 +57,8 @@ MODE_SETTINGS = frozenset(
         "output_dir",
         "data_dir",
         "profile_detail",
+        "profile_phase",
+        "memory_snapshot",
         "trace_format",
     )
 )

@@ -383,10 +383,7 @@ def main(argv=None):
             record.failed(e, None if isinstance(e, UserError) else traceback.format_exc())
         if not isinstance(e, UserError):
             raise
-        if record is None:  # refused before the run began: the folders made for it go too
-            checks.remove_made(made)
-        print(f"train.py: error: {e}", file=sys.stderr)
-        return 2 if record is None else 1
+        return checks.refused(e, record is None, made)
     finally:
         if world is not None:  # the process group ends on every way out, a failure or a stop included
             world.close()

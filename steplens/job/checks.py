@@ -64,6 +64,15 @@ def remove_made(made: list[str]) -> None:
             pass
 
 
+def refused(e: Exception, before_run: bool, made: list[str]) -> int:
+    """train.py's end on a UserError: its one line on stderr, and the exit status: 2 where the run was refused
+    before it began (the folders made for it removed where still empty), else 1 (the run records the failure)."""
+    if before_run:
+        remove_made(made)
+    print(f"train.py: error: {e}", file=sys.stderr)
+    return 2 if before_run else 1
+
+
 def existing_part(path: str) -> str:
     """path itself when it exists, else its nearest parent that does (where path would be made)."""
     path = os.path.abspath(path)

@@ -16,6 +16,27 @@ def recorded_file(path: str, base: str | None) -> str | None:
     return path if rel.startswith("..") else rel
 
 
+def run_record_near(path: str) -> tuple[str, dict[str, Any]] | None:
+    """The run.json of the train.py run a path lies in, and where it is: for a trace, two or three levels up
+    (outputs/traces/X, or outputs/traces/rankR/X in DDP); for a folder, in it, in its outputs/, or one level up
+    (a run's folder, its outputs, its traces). None where no readable run.json with settings is there."""
+    folder = os.path.abspath(path)
+    if os.path.isdir(folder):
+        places = [folder, os.path.join(folder, "outputs"), os.path.dirname(folder)]
+    else:
+        places = [os.path.dirname(os.path.dirname(folder)), os.path.dirname(os.path.dirname(os.path.dirname(folder)))]
+    for place in places:
+        found = os.path.join(place, "run.json")
+        try:
+            with open(found) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("settings"), dict):
+            return found, record
+    return None
+
+
 def write_atomic(path: str, data: bytes | str, replace: bool = True) -> str:
     """Write bytes or text to path through a temp file and a rename: never a half-written file.
     replace=False: a file already at path is kept (a hard link, which fails where one exists)."""

@@ -14,12 +14,12 @@ rank's steps in one picture per cycle (steplens ranks).
 """
 
 import argparse
-import json
 import os
 import sys
 import textwrap
 from typing import Any
 
+from steplens.atomic import run_record_near
 from steplens.evidence import summarize
 from steplens.evidence.formatting import damage_lines, run_label
 from steplens.scopes import (
@@ -236,17 +236,8 @@ def _draw_lanes(
 def nearby_label(trace: str) -> str | None:
     """The run's label (formatting.run_label) from the run.json of a train.py run the trace lies in
     (outputs/traces/, or outputs/traces/rankR/ in DDP); None elsewhere."""
-    folder = os.path.dirname(os.path.abspath(trace))
-    for _ in range(2):
-        folder = os.path.dirname(folder)
-        try:
-            with open(os.path.join(folder, "run.json")) as f:
-                settings = json.load(f).get("settings")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(settings, dict):
-            return run_label(settings)
-    return None
+    found = run_record_near(trace)
+    return run_label(found[1]["settings"]) if found else None
 
 
 def legend(rows: list[dict[str, Any]], has_gpu: bool, memory: bool, patch: Any) -> list[Any]:

@@ -19,7 +19,7 @@ import statistics
 import sys
 from typing import Any
 
-from steplens.atomic import write_atomic
+from steplens.atomic import run_record_near, write_atomic
 from steplens.polyaxonenv import is_managed, log_outputs, managed_identity, tell
 from steplens.project.comparison import baseline_groups, compare_records
 from steplens.project.diff import DiffError, read_sides
@@ -68,20 +68,7 @@ def side_record(path: str) -> tuple[str, dict[str, Any]] | None:
     """The run.json of the profile run a side is from (a run's folder, its outputs or traces folder, or one of its
     traces), and its path; None where the side is no single run's (a folder of several runs' traces, say), or no
     file here (a run's uuid: its traces come from the server)."""
-    if not os.path.exists(path):
-        return None
-    up = os.path.dirname(os.path.abspath(path))
-    folders = [path, os.path.join(path, "outputs"), up] if os.path.isdir(path) else [up, os.path.dirname(up)]
-    for folder in folders:
-        found = os.path.join(folder, "run.json")
-        try:
-            with open(found) as f:
-                record = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and isinstance(record.get("settings"), dict):
-            return found, record
-    return None
+    return run_record_near(path) if os.path.exists(path) else None
 
 
 def check_label(path: str, group: str, flag: str) -> None:

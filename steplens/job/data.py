@@ -312,7 +312,10 @@ class Batches:
         return [w.pid for w in getattr(self._it, "_workers", [])]  # torch's multi-process iterator keeps them
 
     def __next__(self):
-        t0, asked = time.perf_counter(), time.time_ns()
+        # one clock times the wait (perf_counter); the wall clock only places it: received is asked plus the wait,
+        # so a preemption between two clock reads on a busy machine cannot make the two disagree
+        t0 = time.perf_counter_ns()
+        asked = time.time_ns()
         try:
             item = next(self._it)
         except StopIteration:
@@ -323,10 +326,11 @@ class Batches:
             item = self._next_or_shm_error()
         except RuntimeError as e:
             raise shm_error(e) or e
-        wait, received = time.perf_counter() - t0, time.time_ns()
+        wait_ns = time.perf_counter_ns() - t0
+        wait = wait_ns / 1e9
         self.waited_s += wait
         # a TimedBatch (loader_timeline.timed_collate) gives back default_collate's batch; its times are kept
-        return self.timeline.received(item, (asked, received), wait, self.epoch_restarts)
+        return self.timeline.received(item, (asked, asked + wait_ns), wait, self.epoch_restarts)
 
 
 SHM_SIGNS = (  # PyTorch's words when a batch cannot pass through shared memory

@@ -85,7 +85,7 @@ class Timeline:
 
     def received(self, item: Any, asked: tuple[int, int], wait_s: float, epoch: int) -> Any:
         """The batch inside item (item itself when it carries no times), its times noted: asked = (when the step
-        asked for it, when it got it) in ns; wait_s: the same wait on perf_counter."""
+        asked for it, when it got it) in ns, the second the first plus the wait; wait_s: that wait in seconds."""
         if not isinstance(item, TimedBatch):
             return item
         pin = item.pin or (None, None)

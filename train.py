@@ -25,7 +25,8 @@ input/next_batch, input/to_device, train/forward_backward, train/optimizer.
     steplens ranks OUTPUTS/traces           # the evidence across ranks: the slow rank and its stage
 
 mode=profile: warm-up, then torch.profiler with schedule(wait=1, warmup=1, active=3, repeat=2) over 10 steps,
-10 unprofiled steps timed on each side: two Chrome traces (ui.perfetto.dev), operator tables, evidence, run.json.
+--unprofiled-steps (10) steps timed without it on each side: two Chrome traces (ui.perfetto.dev), operator
+tables, evidence, run.json.
 mode=bench: the same warm-up, then a synchronized window of --bench-steps batches without the profiler.
 """
 
@@ -243,7 +244,7 @@ def run_profile(step, device, out_dir, args, loader, stop, world, batches):
     save_trace = capture.TraceWriter(out_dir, args.trace_format, cuda, world.trace_subdir, skip=lambda: stop.requested)
     account = capture.queue_account(loader, args)  # the workers' queue, the options the verdict names
     sync, laps = (lambda: synchronize(device)), (lambda: capture.Laps(cuda))
-    with capture.bracketed(step, PROFILE_STEPS, sync, stop, laps, settle=account["queue_depth"]) as timing:
+    with capture.bracketed(step, args.unprofiled_steps, sync, stop, laps, settle=account["queue_depth"]) as timing:
         pauses = capture.loop_pauses(timing.pop("since"), batches, save_trace)  # and the CPU and memory per cycle
         with (
             stop.steps("profile"),

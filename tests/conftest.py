@@ -134,6 +134,9 @@ SLOW = ["--slow-rank", "1", "--slow-input-ms", str(SLOW_MS)]
 # Where a test reads no stacks, shapes or memory events: the CPU profiler's with_stack alone costs a 2-rank run a
 # third of its CPU time.
 LEAN = ["--profile-detail", "lean"]
+# Where a test reads no profiler slow-down: two unprofiled steps on each side of the capture, not ten (a TINY
+# profile run spent a third of its steps there). profile_run keeps the ten that test_train.py checks.
+FEW = ["--unprofiled-steps", "2"]
 
 
 @pytest.fixture(scope="session")
@@ -142,7 +145,7 @@ def ddp_profile(tmp_path_factory):
     return shared_offline_run(
         tmp_path_factory,
         "ddp-profile",
-        lambda root: run_torchrun(["--ddp", "--mode", "profile", *TINY, *LEAN, *SLOW], root),
+        lambda root: run_torchrun(["--ddp", "--mode", "profile", *TINY, *LEAN, *FEW, *SLOW], root),
     )
 
 

@@ -6,6 +6,7 @@ sound loop can look like this), "withheld" (the figures are read, the verdict is
 "error" (one line, exit 1).
 Never a traceback, never a verdict that differs from the undamaged trace's without a damage line."""
 
+import copy
 import glob
 import gzip
 import json
@@ -131,9 +132,24 @@ def gpu_doc():
     return doc, summarize.summarize_file(EAGER)
 
 
-def check(case, doc, base, tmp_path, capsys):
+def read_once(monkeypatch):
+    """summarize's three outputs (--json, the default, --full) of one damaged trace from one read of it: each
+    CLI call still parses its flags, renders and prints; only the read of the same file is not repeated."""
+    real, seen = summarize.summarize_file, {}
+
+    def cached(path, **kwargs):
+        key = (path, tuple(sorted(kwargs.items())))
+        if key not in seen:
+            seen[key] = real(path, **kwargs)
+        return copy.deepcopy(seen[key])
+
+    monkeypatch.setattr(summarize, "summarize_file", cached)
+
+
+def check(case, doc, base, tmp_path, capsys, monkeypatch):
     make, outcome, kind = case
     path = write(make(doc), tmp_path / "damaged.pt.trace.json.gz")
+    read_once(monkeypatch)
     code, out, err = run_cli(summarize.main, [path, "--json"], capsys)
     if outcome == "error":
         assert code == 1 and err.count("\n") == 1 and "damaged" in err, err
@@ -166,13 +182,13 @@ def check(case, doc, base, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", sorted(CPU_CASES))
-def test_damaged_cpu_trace(name, cpu_doc, tmp_path, capsys):
-    check(CPU_CASES[name], *cpu_doc, tmp_path, capsys)
+def test_damaged_cpu_trace(name, cpu_doc, tmp_path, capsys, monkeypatch):
+    check(CPU_CASES[name], *cpu_doc, tmp_path, capsys, monkeypatch)
 
 
 @pytest.mark.parametrize("name", sorted(GPU_CASES))
-def test_damaged_gpu_trace(name, gpu_doc, tmp_path, capsys):
-    check(GPU_CASES[name], *gpu_doc, tmp_path, capsys)
+def test_damaged_gpu_trace(name, gpu_doc, tmp_path, capsys, monkeypatch):
+    check(GPU_CASES[name], *gpu_doc, tmp_path, capsys, monkeypatch)
 
 
 @pytest.mark.parametrize("name", sorted(FILES))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import LEAN, ROOT, SLOW_MS, TINY, load_offline_run, polyaxon_env, run_torchrun, run_train, single_run
+from conftest import FEW, LEAN, ROOT, SLOW_MS, TINY, load_offline_run, polyaxon_env, run_torchrun, run_train, single_run
 
 from steplens.evidence import summarize
 from steplens.job import data, distributed, rank_outputs
@@ -246,7 +246,7 @@ def test_a_failed_run_still_closes_its_process_group(tmp_path):
 def ddp_symmetric(tmp_path_factory):
     """Two ranks profiled with no straggler on purpose: the default profile's six aligned steps."""
     root = tmp_path_factory.mktemp("ddp-symmetric")
-    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *LEAN], root)
+    proc = run_torchrun(["--ddp", "--mode", "profile", *TINY, *LEAN, *FEW], root)
     assert proc.returncode == 0, f"ddp profile failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
     uuid, outputs = single_run(root)
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}

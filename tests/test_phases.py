@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, TINY, load_offline_run, run_train, single_run
+from conftest import FEW, ROOT, TINY, load_offline_run, run_train, single_run
 
 from steplens import scopes
 from steplens.evidence import diagnosis, summarize
@@ -36,7 +36,7 @@ def traces_of(outputs):
 def validation(tmp_path_factory):
     """One tiny CPU capture of the validation phase."""
     root = tmp_path_factory.mktemp("phase-validation")
-    proc = run_train(["--mode", "profile", "--profile-phase", "validation", *TINY, *LEAN], root)
+    proc = run_train(["--mode", "profile", "--profile-phase", "validation", *TINY, *LEAN, *FEW], root)
     assert proc.returncode == 0, f"validation capture failed:\n{proc.stderr[-4000:]}"
     uuid, outputs = single_run(root)
     return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
@@ -47,7 +47,7 @@ def slow_save(tmp_path_factory):
     """One tiny CPU capture of the checkpoint phase whose saves in the capture sleep SLOW_SAVE_MS (the test hook)."""
     root = tmp_path_factory.mktemp("phase-checkpoint")
     proc = run_train(
-        ["--mode", "profile", "--profile-phase", "checkpoint", *ONE, *LEAN],
+        ["--mode", "profile", "--profile-phase", "checkpoint", *ONE, *LEAN, *FEW],
         root,
         STEPLENS_TEST_SLOW_SAVE_MS=str(SLOW_SAVE_MS),
     )

@@ -264,6 +264,15 @@ def test_checkpoint_every_takes_a_positive_count(capsys):
         assert "--checkpoint-every" in line and words in line, line
 
 
+def test_unprofiled_steps_takes_two_or_more(capsys):
+    """--unprofiled-steps N: 10 by default; fewer than 2 (a block's spread needs two steps) or a word is refused."""
+    assert settings.parse_settings(["--mode", "profile"]).unprofiled_steps == 10
+    assert settings.parse_settings(["--mode", "profile", "--unprofiled-steps", "2"]).unprofiled_steps == 2
+    for bad, words in (("1", "must be >= 2"), ("0", "must be >= 2"), ("x", "invalid")):
+        line = refused(["--mode", "profile", "--unprofiled-steps", bad], capsys)
+        assert "--unprofiled-steps" in line and words in line, line
+
+
 NAMES = ("CIFAR", "CUDA", "CPU", "SGD", "DataLoader", "Python", "Chrome", "Perfetto", "Polyaxon", "PyTorch")
 
 

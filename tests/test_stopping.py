@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
+from conftest import FEW, ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
 
 from steplens import errors
 from steplens.job import checks, data
@@ -114,8 +114,8 @@ PHASES = [
     ("warm-up", ["--mode", "bench", "--warmup-steps", "400", "--workers", "1"], "warm-up:", {"warm-up"}, None, None),
     # 100 ms a sample: the steps of cycle 2 that wait on the worker (it runs two batches ahead) and the cycle's export
     # take seconds of sleep, time for the signal on a busy machine
-    ("profiled steps", ["--mode", "profile", "--workers", "1"], "profile: cycle 1", {"profile"}, None, 100),
-    ("trace export", ["--mode", "profile", "--workers", "1"], "profile: writing a trace", {"profile"}, 3, None),
+    ("profiled steps", ["--mode", "profile", "--workers", "1", *FEW], "profile: cycle 1", {"profile"}, None, 100),
+    ("trace export", ["--mode", "profile", "--workers", "1", *FEW], "profile: writing a trace", {"profile"}, 3, None),
     # the bench window: test_polyaxon_lists_a_stopped_run
 ]
 
@@ -179,7 +179,13 @@ def test_polyaxon_lists_a_stopped_run(tmp_path):
 def test_a_second_signal_stops_at_once(tmp_path):
     """The first signal waits for the step boundary; a second one does not wait (and is still recorded)."""
     code, stderr, workers = signal_at(
-        ["--mode", "profile", *TINY], tmp_path, "profile: writing a trace", signal.SIGTERM, 30, second=True, timeout=120
+        ["--mode", "profile", *TINY, *FEW],
+        tmp_path,
+        "profile: writing a trace",
+        signal.SIGTERM,
+        30,
+        second=True,
+        timeout=120,
     )
     record = assert_stopped(tmp_path, code, stderr, signal.SIGTERM, workers, {"profile"})
     assert record["stopped"]["steps_completed_in_phase"] == 4, "the second signal must not wait for the export"

@@ -8,7 +8,7 @@ import urllib.error
 
 import pytest
 import torch
-from conftest import ROOT, TINY, load_offline_run, polyaxon_env, run_train, shared_offline_run, single_run
+from conftest import FEW, ROOT, TINY, load_offline_run, polyaxon_env, run_train, shared_offline_run, single_run
 
 import train
 from steplens import atomic, errors, scopes
@@ -130,7 +130,7 @@ def lean_profile_run(tmp_path_factory):
     return shared_offline_run(
         tmp_path_factory,
         "offline-lean-profile",
-        lambda root: run_train(["--mode", "profile", "--profile-detail", "lean", *TINY], root),
+        lambda root: run_train(["--mode", "profile", "--profile-detail", "lean", *TINY, *FEW], root),
     )
 
 
@@ -146,6 +146,24 @@ def test_lean_profile_records_no_shapes_memory_or_stacks(lean_profile_run):
     assert not [e for e in events if e.get("name") == "[memory]"]
     assert [e for e in events if e.get("cat") == "cpu_op"], "operators are still recorded"
     assert results["evidence"]["unprofiled_step_ms"] > 0
+
+
+def test_unprofiled_steps_sets_both_blocks_and_the_evidence_says_so(lean_profile_run):
+    """--unprofiled-steps 2: two steps timed on each side of the capture, each timed alone, the slow-down read
+    against those four; the evidence names the blocks' sizes, and the flag reaches Polyaxon's inputs."""
+    outputs = lean_profile_run["outputs"]
+    record = read_json(os.path.join(outputs, "run.json"))
+    results = record["results"]
+    assert record["settings"]["unprofiled_steps"] == 2
+    for block in (results["unprofiled"], results["unprofiled_after"]):
+        assert block["steps"] == 2 and len(block["step_ms_each"]) == 2
+    each = results["unprofiled"]["step_ms_each"] + results["unprofiled_after"]["step_ms_each"]
+    ev = results["evidence"]
+    assert ev["unprofiled_step_ms"] == pytest.approx(statistics.fmean(each))
+    assert ev["unprofiled_before_steps"] == ev["unprofiled_after_steps"] == 2
+    with open(results["cycles"][0]["evidence_txt"]) as f:
+        assert "2 steps in the same process just before the capture" in f.read()
+    assert load_offline_run(lean_profile_run["root"], lean_profile_run["uuid"])["inputs"]["unprofiled_steps"] == 2
 
 
 def test_bench_rate_matches_its_window(bench_run):

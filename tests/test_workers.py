@@ -7,7 +7,7 @@ import os
 import sys
 
 import pytest
-from conftest import LEAN, ROOT, TINY, run_train, single_run
+from conftest import FEW, LEAN, ROOT, TINY, run_train, single_run
 
 from steplens.evidence import summarize
 from steplens.job import loader_timeline
@@ -34,7 +34,7 @@ def read_trace(path):
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
     root = tmp_path_factory.mktemp("workers-profile")
-    proc = run_train(["--mode", "profile", "--workers", "2", *SMALL, *LEAN], root)
+    proc = run_train(["--mode", "profile", "--workers", "2", *SMALL, *LEAN, *FEW], root)
     assert proc.returncode == 0, f"profile run failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
     uuid, outputs = single_run(root)
     plx = json.load(open(os.path.join(str(root), "runs", uuid, "run.plx.json")))

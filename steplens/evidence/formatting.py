@@ -28,6 +28,7 @@ BASE_SETTINGS = {
     "output_dir",
     "repeat",
     "profile_detail",
+    "unprofiled_steps",
     "force_workers",
     "ddp_backend",
     "slow_input_ms",

@@ -145,7 +145,7 @@ class Saver:
 def saving(step: Callable[[], Any], saver: Saver, every: int) -> Callable[[], Any]:
     """The training step, then a save under the scope checkpoint/save after every `every`th call (the four
     training scopes stay as they are). Counted from the first call: the capture's first unprofiled block
-    has PROFILE_STEPS steps, so the profiled steps with a save are the same in every run."""
+    has --unprofiled-steps steps, so the profiled steps with a save are the same in every run of the same flags."""
     from torch.profiler import record_function
 
     calls = 0

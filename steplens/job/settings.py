@@ -45,6 +45,8 @@ def number(kind: Callable[[str], _Number], ok: Callable[[_Number], bool], need: 
 non_negative_int = number(int, lambda v: v >= 0, ">= 0")
 positive_int = number(int, lambda v: v >= 1, ">= 1")
 non_negative_float = number(float, lambda v: v >= 0 and math.isfinite(v), ">= 0")
+block_steps = number(int, lambda v: v >= 2, ">= 2 (a block's spread needs two steps)")
+UNPROFILED_STEPS = 10  # each block of unprofiled steps around the capture, by default as many as it profiles
 
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,6 +130,14 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
         help="mode=profile: full records shapes, memory and Python stacks (the tutorial's capture); "
         "lean records none of them, so the profiled main process runs closer to its "
         "unprofiled pace (default: full)",
+    )
+    p.add_argument(
+        "--unprofiled-steps",
+        type=block_steps,
+        default=UNPROFILED_STEPS,
+        help="mode=profile: the steps timed without the profiler just before the capture, and again just after "
+        "it; the profiler's slow-down is read against them (fewer where each step takes seconds; more for a "
+        f"narrower interval) (default: {UNPROFILED_STEPS})",
     )
     p.add_argument(
         "--memory-snapshot",

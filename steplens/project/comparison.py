@@ -22,6 +22,7 @@ IGNORED = {
     "profile_detail",
     "profile_phase",
     "checkpoint_every",
+    "unprofiled_steps",
 }
 
 

@@ -57,6 +57,7 @@ MODE_SETTINGS = frozenset(
         "output_dir",
         "data_dir",
         "profile_detail",
+        "unprofiled_steps",
         "profile_phase",
         "memory_snapshot",
         "trace_format",

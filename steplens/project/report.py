@@ -156,6 +156,7 @@ def workers_ratios(bench: list[dict[str, Any]], profile: Sequence[dict[str, Any]
             "force_workers",
             "mode",
             "profile_detail",
+            "unprofiled_steps",
             "bench_steps",
             "trace_format",
         ):

@@ -9,6 +9,7 @@ import sys
 import pytest
 from conftest import ROOT
 
+from steplens.atomic import run_record_near
 from steplens.evidence import attribution, diagnosis, formatting, summarize
 from steplens.job import runrecord
 from steplens.project import compare, runs
@@ -507,7 +508,15 @@ def test_breakdown_counts_each_class_s_share_of_the_union_and_names_the_unknown_
     ]
     assert "top" not in kernels.breakdown(events)
     empty = kernels.breakdown([])
-    assert empty == {"busy_us": 0, "kernel_us": 0, "overlap_us": 0, "classes": {}, "other_names": []}
+    assert empty == {
+        "busy_us": 0,
+        "kernel_us": 0,
+        "overlap_us": 0,
+        "classes": {},
+        "other_names": [],
+        "signs": kernels.signs([]),
+    }
+    assert out["signs"]["gemm_us"] == 16.0 and not any(kernels.signs([]).values())
 
 
 def test_the_union_is_shared_out_in_order_of_start_the_longer_first():
@@ -529,3 +538,65 @@ def test_top_classes_names_the_three_largest_shares_in_short_words():
 def test_instants_only_have_no_share():
     out = kernels.breakdown([("sgemm_a", "kernel", 5.0, 5.0)])
     assert out["busy_us"] == 0.0 and out["classes"]["matrix multiply"]["share"] is None
+
+
+def test_signs_add_each_kernel_s_time_to_what_its_name_shows():
+    """kernels.signs: convolutions and matmuls, those in half precision; convolutions in NHWC; cuDNN's layout
+    conversions; torch.compile's triton kernels. Each name counts its own time, once per sign it shows."""
+    by_name = [
+        {
+            "name": "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc",
+            "class": "convolution forward",
+            "us": 10.0,
+        },
+        {
+            "name": "sm90_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc",
+            "class": "convolution data-gradient",
+            "us": 4.0,
+        },
+        {"name": "ampere_fp16_s16816gemm_fp16_128x128", "class": "matrix multiply", "us": 2.0},
+        {"name": "void cudnn::engines_precompiled::nchwToNhwcKernel<float>", "class": kernels.COPIES, "us": 3.0},
+        {"name": "triton_poi_fused_relu_0", "class": "elementwise and activation", "us": 5.0},
+        {"name": None, "class": kernels.OTHER, "us": 1.0},
+    ]
+    assert kernels.signs(by_name) == {
+        "gemm_us": 16.0,
+        "half_us": 12.0,
+        "conv_us": 14.0,
+        "nhwc_us": 14.0,
+        "conversion_us": 3.0,
+        "triton_us": 5.0,
+    }
+
+
+def test_on_the_stored_h200_traces_the_fixes_the_kernels_show_are_the_run_s_settings(stored):
+    """Where a stored trace's run.json is at hand, the fixes its kernels show applied (diagnosis.applied_fixes)
+    are the run's own: --amp bf16, --channels-last, --compile. Eager NCHW runs, channels-last alone and CUDA
+    graphs alone (which change no kernel) all occur among them."""
+    seen = set()
+    for path, ev in stored.items():
+        found = run_record_near(path)
+        if not found:
+            continue
+        s = found[1]["settings"]
+        truth = [k for k, on in (("bf16", s.get("amp") == "bf16"), ("channels_last", s.get("channels_last")),
+                                 ("compile", s.get("compile") not in (None, "off"))) if on]  # fmt: skip
+        assert diagnosis.applied_fixes([ev]) == truth, (path, ev["window"]["kernel_classes"]["signs"], s)
+        seen.add(tuple(truth))
+    assert {(), ("channels_last",), ("bf16", "channels_last", "compile")} <= seen, seen
+
+
+def test_gpu_compute_s_advice_leaves_out_the_fixes_the_kernels_show_applied(stored):
+    """The best option set's trace is GPU-bound in bf16, NHWC and compiled kernels: its advice keeps a larger batch
+    and names the three it left out and why; an eager NCHW fp32 trace that is GPU-bound keeps all four."""
+    best = next(p for p in STORED if "best-set" in p)
+    v = stored[best]["verdict"]
+    assert v["part"] == "busy" and v["applied"] == ["bf16", "channels_last", "compile"], v
+    assert "a larger batch" in v["next"] and not any(w in v["next"] for w in ("bf16", "channels", "compile")), v
+    assert v["sentence"].endswith(
+        "Left out: bf16 autocast, channels-last and torch.compile, which the kernels show applied (bf16 or fp16 "
+        "convolutions and matrix multiplies, NHWC convolutions without layout conversions and triton kernels)."
+    ), v["sentence"]
+    eager = summarize.summarize_file(os.path.join(ROOT, "results", "h100-delays", "gpu.pt.trace.json.gz"))["verdict"]
+    assert eager["part"] == "compute" and "applied" not in eager, eager
+    assert all(w in eager["next"] for w in ("bf16 autocast", "channels_last", "torch.compile", "a larger batch"))

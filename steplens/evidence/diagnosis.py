@@ -300,6 +300,56 @@ def _gpu_sentence(out, shares, part, named, nxt=None):
         )
 
 
+# A candidate fix the kernels can show applied: its words in the advice, its name, and what shows it.
+APPLIED = {
+    "bf16": (("bf16 autocast, ",), "bf16 autocast", "bf16 or fp16 convolutions and matrix multiplies"),
+    "channels_last": (
+        ("channels-last, ", "channels_last, "),
+        "channels-last",
+        "NHWC convolutions without layout conversions",
+    ),
+    "compile": (("torch.compile, ",), "torch.compile", "triton kernels"),
+}
+SIGNS = ("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us")  # kernels.signs's figures
+HALF_AT = 0.5  # half precision is applied when it runs this share of the convolutions' and matmuls' GPU time
+NHWC_AT, CONVERSION_BELOW = 0.5, 0.02  # NHWC convolutions, and conversions under this share of their time
+TRITON_AT = 0.05  # torch.compile is applied when its triton kernels run this share of the GPU's kernel time
+
+
+def applied_fixes(evidences: list[dict[str, Any]]) -> list[str]:
+    """The candidate fixes the traces' kernel names show applied (APPLIED's keys), pooled over the traces."""
+    found = [(ev.get("window") or {}).get("kernel_classes") or {} for ev in evidences]
+    s = {k: sum((f.get("signs") or {}).get(k, 0.0) for f in found) for k in SIGNS}
+    kernel_us = sum(f.get("kernel_us") or 0.0 for f in found)
+    out = []
+    if s["gemm_us"] and s["half_us"] >= HALF_AT * s["gemm_us"]:
+        out.append("bf16")
+    if s["conv_us"] and s["nhwc_us"] >= NHWC_AT * s["conv_us"] and s["conversion_us"] < CONVERSION_BELOW * s["conv_us"]:
+        out.append("channels_last")
+    if kernel_us and s["triton_us"] >= TRITON_AT * kernel_us:
+        out.append("compile")
+    return out
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _drop_applied(out: dict[str, Any], applied: list[str]) -> None:
+    """GPU compute's advice without the fixes the trace shows applied; a sentence names them and what shows it."""
+    if not applied or "a larger batch" not in out["next"]:
+        return
+    nxt = out["next"]
+    for key in applied:
+        for words in APPLIED[key][0]:
+            nxt = nxt.replace(words, "")
+    names, shown = _and([APPLIED[k][1] for k in applied]), _and([APPLIED[k][2] for k in applied])
+    out["sentence"] = out["sentence"].replace(f"Next: {out['next']}.", f"Next: {nxt}.") + (
+        f" Left out: {names}, which the kernels show applied ({shown})."
+    )
+    out["next"], out["applied"] = nxt, applied
+
+
 def verdict(
     evidences: dict[str, Any] | list[dict[str, Any]], parts: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -322,6 +372,8 @@ def verdict(
     elif out["stage"] is not None and sum(p.get("steps", 1) for p in parts) == 1:
         out["one_step"] = True
         out["sentence"] = f"One profiled step, so no pattern across steps is claimed. {out['sentence']}"
+    if out["part"] in ("busy", "compute"):  # GPU compute: leave out of the advice what the kernels show done
+        _drop_applied(out, applied_fixes(evidences))
     if out["part"] == SAVE:  # the checkpoint phase: name the longest save, its step and the GPU's idle in it
         out["save"] = longest_save(evidences)
         out["sentence"] += save_sentence(out["save"])

@@ -143,7 +143,8 @@ def breakdown(
     Returns {"busy_us": union of the intervals, "kernel_us": plain sum of durations, "overlap_us": their
     difference, "classes": {class: {"count", "us", "kernel_us", "median_us", "share"}} for the classes present,
     in CLASSES' order ("us" is the class's part of busy_us, "share" = us / busy_us), "other_names": the names
-    no rule knows, longest total first; with top > 0 also "top": the top kernels by summed duration as
+    no rule knows, longest total first; "signs": what the names show of the candidate fixes (signs); with top > 0
+    also "top": the top kernels by summed duration as
     {"name", "class", "count", "us"}}.
     """
     fresh = events if callable(events) else (lambda: events)
@@ -178,9 +179,34 @@ def breakdown(
         "overlap_us": kernel_us - busy,
         "classes": classes,
         "other_names": [k["name"] for k in sorted(by_name.values(), key=lambda k: -k["us"]) if k["class"] == OTHER],
+        "signs": signs(by_name.values()),
     }
     if top:
         out["top"] = sorted(by_name.values(), key=lambda k: -k["us"])[:top]
+    return out
+
+
+CONVOLUTIONS = ("convolution forward", "convolution data-gradient", "convolution weight-gradient")
+_HALF = re.compile(r"bf16|fp16|f16f16|half")
+_LAYOUT_CONVERSION = re.compile(r"nchwtonhwc|nhwctonchw")
+
+
+def signs(by_name: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """What the kernels' names show of the candidate fixes, as GPU time (us, the kernels' own durations): the
+    convolutions and matrix multiplies, those in half precision (bf16 or fp16 in the name), the convolutions,
+    those in NHWC (cuDNN's nhwc kernels), the layout conversions cuDNN adds around an NCHW model, and the
+    kernels torch.compile generated (triton_)."""
+    out = dict.fromkeys(("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us"), 0.0)
+    for k in by_name:
+        low, us = (k["name"] or "").lower(), k["us"]
+        if k["class"] in CONVOLUTIONS or k["class"] == "matrix multiply":
+            out["gemm_us"] += us
+            out["half_us"] += us if _HALF.search(low) else 0.0
+        if k["class"] in CONVOLUTIONS:
+            out["conv_us"] += us
+            out["nhwc_us"] += us if "nhwc" in low else 0.0
+        out["conversion_us"] += us if _LAYOUT_CONVERSION.search(low) else 0.0
+        out["triton_us"] += us if low.startswith("triton_") else 0.0
     return out
 
 

@@ -8,6 +8,7 @@ SCOPES = (NEXT_BATCH, TO_DEVICE, FORWARD_BACKWARD, OPTIMIZER)
 
 # Two cycles of three active steps: on_trace_ready fires at step_num 5 and 10 (ProfilerStep#2-4, #7-9).
 SCHEDULE = dict(wait=1, warmup=1, active=3, repeat=2)
+UNPROFILED_STEPS = 10  # each block of unprofiled steps around the capture, by default as many as it profiles
 PROFILE_STEPS = (SCHEDULE["wait"] + SCHEDULE["warmup"] + SCHEDULE["active"]) * SCHEDULE["repeat"]
 
 # --profile-detail: the tutorial's capture, or one that records only the timeline.

@@ -541,31 +541,29 @@ def test_instants_only_have_no_share():
 
 
 def test_signs_add_each_kernel_s_time_to_what_its_name_shows():
-    """kernels.signs: convolutions and matmuls, those in half precision; convolutions in NHWC; cuDNN's layout
-    conversions; torch.compile's triton kernels. Each name counts its own time, once per sign it shows."""
-    by_name = [
-        {
-            "name": "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc",
-            "class": "convolution forward",
-            "us": 10.0,
-        },
-        {
-            "name": "sm90_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc",
-            "class": "convolution data-gradient",
-            "us": 4.0,
-        },
-        {"name": "ampere_fp16_s16816gemm_fp16_128x128", "class": "matrix multiply", "us": 2.0},
-        {"name": "void cudnn::engines_precompiled::nchwToNhwcKernel<float>", "class": kernels.COPIES, "us": 3.0},
-        {"name": "triton_poi_fused_relu_0", "class": "elementwise and activation", "us": 5.0},
-        {"name": None, "class": kernels.OTHER, "us": 1.0},
+    """kernels.signs: convolutions and matmuls, those in half precision; convolutions whose output is NHWC (not the
+    filter layout nhwckrsc of an NCHW output); cuDNN's layout conversions; torch.compile's triton kernels; the
+    compute kernels (neither copies nor communication). Each name counts its own time, once per sign it shows."""
+    rows = [
+        ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tile", "convolution forward", 10.0),
+        ("sm90_xmma_dgrad_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tile", "convolution data-gradient", 4.0),
+        ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tile", "convolution forward", 6.0),
+        ("ampere_fp16_s16816gemm_fp16_128x128", "matrix multiply", 2.0),
+        ("volta_h884gemm_64x64_nn", "matrix multiply", 1.0),
+        ("void cudnn::engines_precompiled::nchwToNhwcKernel<float>", kernels.COPIES, 3.0),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication", 7.0),
+        ("triton_poi_fused_relu_0", "elementwise and activation", 5.0),
+        (None, kernels.OTHER, 1.0),
     ]
+    by_name = [{"name": n, "class": c, "us": us} for n, c, us in rows]
     assert kernels.signs(by_name) == {
-        "gemm_us": 16.0,
-        "half_us": 12.0,
-        "conv_us": 14.0,
+        "gemm_us": 23.0,
+        "half_us": 13.0,
+        "conv_us": 20.0,
         "nhwc_us": 14.0,
         "conversion_us": 3.0,
         "triton_us": 5.0,
+        "compute_us": 29.0,
     }
 
 

@@ -142,6 +142,7 @@ def test_every_input_reaches_train_py():
         "scale_lr": "true",
         "profile_phase": "checkpoint",
         "checkpoint_every": "2",
+        "unprofiled_steps": "4",
     }
     _, compiled = compile_polyaxonfile(everything)
     script = compiled.run.container.args[0]

@@ -130,6 +130,7 @@ def test_every_input_reaches_torchrun_or_train_py():
         "slow_rank": "3",
         "slow_input_ms": "50",
         "profile_detail": "lean",
+        "unprofiled_steps": "4",
         "scale_lr": "true",
     }
     compiled = compile_ddp(everything)

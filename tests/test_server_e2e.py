@@ -73,7 +73,7 @@ def test_bench_run_through_the_server(sandbox, project, tmp_path):
 def test_profile_run_traces_download(sandbox, project, tmp_path):
     """A profile run through the server: `ops artifacts -d outputs/traces` downloads both traces. Lean: what the
     traces hold is tested on the shared profile run; here their way through the server (smaller traces, the same
-    files). Two unprofiled steps a side: the input reaches train.py's flag."""
+    files). Three unprofiled steps a side: the input reaches train.py's flag."""
     run_uuid, _, _ = submit_and_execute(
         sandbox,
         project,
@@ -84,7 +84,7 @@ def test_profile_run_traces_download(sandbox, project, tmp_path):
         "-P",
         "profile_detail=lean",
         "-P",
-        "unprofiled_steps=2",
+        "unprofiled_steps=3",
     )
     sandbox.cli("ops", "artifacts", "-p", project, "-uid", run_uuid, "-d", "outputs/traces", "--path-to", str(tmp_path))
     traces = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "**" / "*.pt.trace.json.gz"), recursive=True))
@@ -97,7 +97,7 @@ def test_profile_run_traces_download(sandbox, project, tmp_path):
     with open(tmp_path / "outputs" / "run.json") as f:
         record = json.load(f)
     assert record["status"] == "succeeded", "train.py's own end, beside the status the exit code gave"
-    assert record["settings"]["unprofiled_steps"] == 2 and record["results"]["unprofiled"]["steps"] == 2
+    assert record["settings"]["unprofiled_steps"] == 3 and record["results"]["unprofiled"]["steps"] == 3
     assert record["results"]["evidence"]["profiled_step_ms"] == pytest.approx(run["outputs"]["profiled_step_ms"])
 
 

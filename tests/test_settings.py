@@ -264,13 +264,24 @@ def test_checkpoint_every_takes_a_positive_count(capsys):
         assert "--checkpoint-every" in line and words in line, line
 
 
-def test_unprofiled_steps_takes_two_or_more(capsys):
-    """--unprofiled-steps N: 10 by default; fewer than 2 (a block's spread needs two steps) or a word is refused."""
+def test_unprofiled_steps_takes_three_or_more_and_whole_rounds_of_saves(capsys):
+    """--unprofiled-steps N: 10 by default; fewer than 3 (a block may drop its first step and keep two for its
+    spread) or a word is refused. In the checkpoint phase each block saves on the same schedule as the profiled
+    steps: N must be a multiple of --checkpoint-every, and the default is the multiple of it just below 10."""
     assert settings.parse_settings(["--mode", "profile"]).unprofiled_steps == 10
-    assert settings.parse_settings(["--mode", "profile", "--unprofiled-steps", "2"]).unprofiled_steps == 2
-    for bad, words in (("1", "must be >= 2"), ("0", "must be >= 2"), ("x", "invalid")):
+    assert settings.parse_settings(["--mode", "profile", "--unprofiled-steps", "3"]).unprofiled_steps == 3
+    for bad, words in (("2", "must be >= 3"), ("0", "must be >= 3"), ("x", "invalid")):
         line = refused(["--mode", "profile", "--unprofiled-steps", bad], capsys)
         assert "--unprofiled-steps" in line and words in line, line
+    checkpoint = ["--mode", "profile", "--profile-phase", "checkpoint"]
+    assert settings.parse_settings(checkpoint).unprofiled_steps == 10
+    assert settings.parse_settings([*checkpoint, "--checkpoint-every", "3"]).unprofiled_steps == 9
+    six = settings.parse_settings([*checkpoint, "--checkpoint-every", "3", "--unprofiled-steps", "6"])
+    assert six.unprofiled_steps == 6
+    line = refused([*checkpoint, "--unprofiled-steps", "5"], capsys)
+    assert "--unprofiled-steps 5" in line and "a multiple of --checkpoint-every 2" in line, line
+    bench = settings.parse_settings(["--mode", "bench", "--profile-phase", "checkpoint", "--unprofiled-steps", "5"])
+    assert bench.unprofiled_steps == 5, "bench mode times no unprofiled blocks: nothing to refuse"
 
 
 NAMES = ("CIFAR", "CUDA", "CPU", "SGD", "DataLoader", "Python", "Chrome", "Perfetto", "Polyaxon", "PyTorch")

@@ -96,7 +96,7 @@ def test_profile_measures_the_profiler_s_distortion_and_its_pauses(profile_run):
     """Unprofiled steps timed in the same process before the capture; every pause between profiled steps
     timed; the ratio and the dumps stated in run.json and in each cycle's evidence."""
     results = read_json(os.path.join(profile_run["outputs"], "run.json"))["results"]
-    assert results["unprofiled"]["steps"] == scopes.PROFILE_STEPS and results["unprofiled"]["seconds"] > 0
+    assert results["unprofiled"]["steps"] == scopes.UNPROFILED_STEPS and results["unprofiled"]["seconds"] > 0
     assert len(results["pauses_s"]) == scopes.PROFILE_STEPS and all(p >= 0 for p in results["pauses_s"])
     ev = results["evidence"]
     each = results["unprofiled"]["step_ms_each"]
@@ -149,21 +149,21 @@ def test_lean_profile_records_no_shapes_memory_or_stacks(lean_profile_run):
 
 
 def test_unprofiled_steps_sets_both_blocks_and_the_evidence_says_so(lean_profile_run):
-    """--unprofiled-steps 2: two steps timed on each side of the capture, each timed alone, the slow-down read
-    against those four; the evidence names the blocks' sizes, and the flag reaches Polyaxon's inputs."""
+    """--unprofiled-steps 4: four steps timed on each side of the capture, each timed alone, the slow-down read
+    against those eight; the evidence names the blocks' sizes, and the flag reaches Polyaxon's inputs."""
     outputs = lean_profile_run["outputs"]
     record = read_json(os.path.join(outputs, "run.json"))
     results = record["results"]
-    assert record["settings"]["unprofiled_steps"] == 2
+    assert record["settings"]["unprofiled_steps"] == 4
     for block in (results["unprofiled"], results["unprofiled_after"]):
-        assert block["steps"] == 2 and len(block["step_ms_each"]) == 2
+        assert block["steps"] == 4 and len(block["step_ms_each"]) == 4
     each = results["unprofiled"]["step_ms_each"] + results["unprofiled_after"]["step_ms_each"]
     ev = results["evidence"]
     assert ev["unprofiled_step_ms"] == pytest.approx(statistics.fmean(each))
-    assert ev["unprofiled_before_steps"] == ev["unprofiled_after_steps"] == 2
+    assert ev["unprofiled_before_steps"] == ev["unprofiled_after_steps"] == 4
     with open(results["cycles"][0]["evidence_txt"]) as f:
-        assert "2 steps in the same process just before the capture" in f.read()
-    assert load_offline_run(lean_profile_run["root"], lean_profile_run["uuid"])["inputs"]["unprofiled_steps"] == 2
+        assert "4 steps in the same process just before the capture" in f.read()
+    assert load_offline_run(lean_profile_run["root"], lean_profile_run["uuid"])["inputs"]["unprofiled_steps"] == 4
 
 
 def test_bench_rate_matches_its_window(bench_run):

@@ -490,6 +490,15 @@ def test_the_next_step_of_a_gpu_bound_run_names_only_the_options_not_yet_on():
     assert "(a larger --batch-size)" in best["sentence"] and "--amp" not in best["sentence"]
     plain = cycle_evidence.tailor_next(v, {"amp": "off", "channels_last": False, "compile": "off"})
     assert "--amp bf16, --channels-last, --compile default, a larger --batch-size" in plain["next"]
+    # --compile alone, whose convolutions the kernels show in NHWC (Inductor lays them out itself): the advice
+    # names neither what the flags have on nor what the kernels show, and agrees with the "Left out" sentence
+    shown = {**v, "applied": ["channels_last", "compile"]}
+    shown["sentence"] += " Left out: channels-last and torch.compile, which the kernels show applied (...)."
+    compiled = cycle_evidence.tailor_next(shown, {"amp": "off", "channels_last": False, "compile": "default"})
+    assert "(--amp bf16, a larger --batch-size)" in compiled["sentence"], compiled["sentence"]
+    assert compiled["sentence"].endswith(
+        "Left out: channels-last and torch.compile, which the kernels show applied (...)."
+    )
 
 
 def test_communication_kernels_are_no_gpu_compute():

@@ -292,18 +292,20 @@ def profiler_caveat(v: dict[str, Any], parts: list[dict[str, Any]], head: dict[s
     }
 
 
-LEVERS = (
-    ("--amp bf16", lambda on: on.get("amp") == "bf16"),
-    ("--channels-last", lambda on: on.get("channels_last")),
-    ("--compile default", lambda on: on.get("compile") not in (None, "off")),
+LEVERS = (  # flag, whether the run has it on, the key of diagnosis.APPLIED the kernels can show it by
+    ("--amp bf16", lambda on: on.get("amp") == "bf16", "bf16"),
+    ("--channels-last", lambda on: on.get("channels_last"), "channels_last"),
+    ("--compile default", lambda on: on.get("compile") not in (None, "off"), "compile"),
 )
 
 
 def tailor_next(v: dict[str, Any], on: dict[str, Any] | None) -> dict[str, Any]:
-    """GPU compute's next step in this run's terms: the options not yet on, and a larger batch."""
+    """GPU compute's next step in this run's terms: the options neither on nor shown applied by the kernels (the
+    verdict's "applied": torch.compile may lay convolutions out in NHWC by itself), and a larger batch."""
     if v.get("part") != "busy" or on is None:
         return v
-    levers = [flag for flag, is_on in LEVERS if not is_on(on)] + ["a larger --batch-size"]
+    shown = v.get("applied") or []
+    levers = [flag for flag, is_on, key in LEVERS if not is_on(on) and key not in shown] + ["a larger --batch-size"]
     nxt = f"make the GPU's work cheaper or larger ({', '.join(levers)}), then measure with mode=bench"
     return {**v, "next": nxt, "sentence": v["sentence"].replace(f"Next: {v['next']}.", f"Next: {nxt}.")}
 

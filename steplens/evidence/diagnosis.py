@@ -310,23 +310,22 @@ APPLIED = {
     ),
     "compile": (("torch.compile, ",), "torch.compile", "triton kernels"),
 }
-SIGNS = ("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us")  # kernels.signs's figures
+SIGNS = ("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us", "compute_us")  # kernels.signs
 HALF_AT = 0.5  # half precision is applied when it runs this share of the convolutions' and matmuls' GPU time
 NHWC_AT, CONVERSION_BELOW = 0.5, 0.02  # NHWC convolutions, and conversions under this share of their time
-TRITON_AT = 0.05  # torch.compile is applied when its triton kernels run this share of the GPU's kernel time
+TRITON_AT = 0.05  # torch.compile is applied when triton kernels run this share of the compute kernels' time
 
 
 def applied_fixes(evidences: list[dict[str, Any]]) -> list[str]:
     """The candidate fixes the traces' kernel names show applied (APPLIED's keys), pooled over the traces."""
     found = [(ev.get("window") or {}).get("kernel_classes") or {} for ev in evidences]
     s = {k: sum((f.get("signs") or {}).get(k, 0.0) for f in found) for k in SIGNS}
-    kernel_us = sum(f.get("kernel_us") or 0.0 for f in found)
     out = []
     if s["gemm_us"] and s["half_us"] >= HALF_AT * s["gemm_us"]:
         out.append("bf16")
     if s["conv_us"] and s["nhwc_us"] >= NHWC_AT * s["conv_us"] and s["conversion_us"] < CONVERSION_BELOW * s["conv_us"]:
         out.append("channels_last")
-    if kernel_us and s["triton_us"] >= TRITON_AT * kernel_us:
+    if s["compute_us"] and s["triton_us"] >= TRITON_AT * s["compute_us"]:
         out.append("compile")
     return out
 
@@ -339,15 +338,20 @@ def _drop_applied(out: dict[str, Any], applied: list[str]) -> None:
     """GPU compute's advice without the fixes the trace shows applied; a sentence names them and what shows it."""
     if not applied or "a larger batch" not in out["next"]:
         return
-    nxt = out["next"]
+    nxt, left = out["next"], []
     for key in applied:
         for words in APPLIED[key][0]:
-            nxt = nxt.replace(words, "")
-    names, shown = _and([APPLIED[k][1] for k in applied]), _and([APPLIED[k][2] for k in applied])
-    out["sentence"] = out["sentence"].replace(f"Next: {out['next']}.", f"Next: {nxt}.") + (
+            if words in nxt:
+                nxt = nxt.replace(words, "")
+                left.append(key)
+    old = f"Next: {out['next']}."
+    if not left or old not in out["sentence"]:
+        return
+    names, shown = _and([APPLIED[k][1] for k in left]), _and([APPLIED[k][2] for k in left])
+    out["sentence"] = out["sentence"].replace(old, f"Next: {nxt}.") + (
         f" Left out: {names}, which the kernels show applied ({shown})."
     )
-    out["next"], out["applied"] = nxt, applied
+    out["next"], out["applied"] = nxt, left
 
 
 def verdict(

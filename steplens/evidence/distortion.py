@@ -251,7 +251,7 @@ def pooled_pace(
     for name, key in (("before", "unprofiled"), ("after", "unprofiled_after")):
         mean, steady = unprofiled_pace(capture.get(key), cpu_runs_ahead)
         each = (capture.get(key) or {}).get("step_ms_each")
-        if steady is None and each:  # a block a stop cut short keeps its few steps
+        if steady is None and each:  # a block a stop cut short to 1 or 2 steps keeps them (--unprofiled-steps >= 3)
             mean, steady = statistics.fmean(each), list(each)
         if mean is not None:
             blocks.append((name, mean, steady, capture[key].get("steps")))

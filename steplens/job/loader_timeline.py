@@ -132,9 +132,10 @@ def window_figures(records: list[dict[str, Any]], windows: Sequence[tuple[int, i
         busy[key] = busy.get(key, 0) + sum(_overlap(r["start_ns"], r["made_ns"], t0, t1) for t0, t1 in windows)
     make = _ms([r["made_ns"] - r["start_ns"] for r in made])
     by_batch = {r["batch"]: r for r in asked}
-    # the step's own time between two requests: from receiving a batch to asking for the next one
+    # the step's own time between two requests: from receiving a batch to asking for the next one; at least 0
+    # (received is asked plus the wait, so a preemption just before asked was read moves received later)
     demand = [
-        by_batch[b + 1]["asked_ns"] - r["received_ns"]
+        max(0, by_batch[b + 1]["asked_ns"] - r["received_ns"])
         for b, r in by_batch.items()
         if b + 1 in by_batch and any(t0 <= r["asked_ns"] and by_batch[b + 1]["asked_ns"] < t1 for t0, t1 in windows)
     ]

@@ -87,6 +87,14 @@ def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
                 f"--checkpoint-every {args.checkpoint_every} would leave a cycle of {active} profiled steps "
                 f"without a save: give at most {active}"
             )
+        every, steps = args.checkpoint_every, args.unprofiled_steps
+        if args.mode == "profile" and steps is not None and steps % every:
+            error(
+                f"--unprofiled-steps {steps}: the unprofiled steps save every {every} steps too, so each block "
+                f"must hold whole rounds of saves: give a multiple of --checkpoint-every {every}"
+            )
+        if steps is None:  # the default's multiple of the saving round: blocks save as often as profiled steps
+            args.unprofiled_steps = scopes.UNPROFILED_STEPS - scopes.UNPROFILED_STEPS % every
 
 
 def _profiler_recording() -> bool:

@@ -45,8 +45,7 @@ def number(kind: Callable[[str], _Number], ok: Callable[[_Number], bool], need: 
 non_negative_int = number(int, lambda v: v >= 0, ">= 0")
 positive_int = number(int, lambda v: v >= 1, ">= 1")
 non_negative_float = number(float, lambda v: v >= 0 and math.isfinite(v), ">= 0")
-block_steps = number(int, lambda v: v >= 2, ">= 2 (a block's spread needs two steps)")
-UNPROFILED_STEPS = 10  # each block of unprofiled steps around the capture, by default as many as it profiles
+block_steps = number(int, lambda v: v >= 3, ">= 3 (a block's first step may be left out; two remain for its spread)")
 
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
@@ -134,10 +133,11 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--unprofiled-steps",
         type=block_steps,
-        default=UNPROFILED_STEPS,
+        default=None,
         help="mode=profile: the steps timed without the profiler just before the capture, and again just after "
         "it; the profiler's slow-down is read against them (fewer where each step takes seconds; more for a "
-        f"narrower interval) (default: {UNPROFILED_STEPS})",
+        "narrower interval); with --profile-phase checkpoint a multiple of --checkpoint-every "
+        f"(default: {scopes.UNPROFILED_STEPS}, or the multiple just below it)",
     )
     p.add_argument(
         "--memory-snapshot",
@@ -199,5 +199,7 @@ def parse_settings(argv: list[str] | None = None) -> argparse.Namespace:
             f"--lr-warmup-steps < --warmup-steps ({args.warmup_steps}), not {args.lr_warmup_steps}"
         )
     phases.check(args, parser.error)  # after the options' own refusals: a phase names the option it cannot use
+    if args.unprofiled_steps is None:  # the checkpoint phase has set its own
+        args.unprofiled_steps = scopes.UNPROFILED_STEPS
     distributed.check(args, parser.error)
     return args

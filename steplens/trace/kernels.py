@@ -187,16 +187,20 @@ def breakdown(
 
 
 CONVOLUTIONS = ("convolution forward", "convolution data-gradient", "convolution weight-gradient")
-_HALF = re.compile(r"bf16|fp16|f16f16|half")
+# bf16, fp16 and f16 in cuDNN's and CUTLASS's names (cutlass's tensorop_f16), cuBLAS's h884/h1688/
+# h16816 half-precision GEMMs, and __half
+_HALF = re.compile(r"bf16|fp16|f16|half|h884|h1688|h16816")
+# cuDNN names the output layout last: ..._nhwckrsc_nhwc_... (NHWC out) against ..._nhwckrsc_nchw_... (NCHW out)
+_NHWC_OUT = re.compile(r"_nhwc(_|$)")
 _LAYOUT_CONVERSION = re.compile(r"nchwtonhwc|nhwctonchw")
 
 
 def signs(by_name: Iterable[dict[str, Any]]) -> dict[str, float]:
     """What the kernels' names show of the candidate fixes, as GPU time (us, the kernels' own durations): the
-    convolutions and matrix multiplies, those in half precision (bf16 or fp16 in the name), the convolutions,
-    those in NHWC (cuDNN's nhwc kernels), the layout conversions cuDNN adds around an NCHW model, and the
-    kernels torch.compile generated (triton_)."""
-    out = dict.fromkeys(("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us"), 0.0)
+    convolutions and matrix multiplies, those in half precision (_HALF), the convolutions, those whose output is
+    NHWC (_NHWC_OUT), the layout conversions cuDNN adds around an NCHW model, the kernels torch.compile generated
+    (triton_), and the compute kernels' time (neither copies nor communication), what the triton time is a share of."""
+    out = dict.fromkeys(("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us", "compute_us"), 0.0)
     for k in by_name:
         low, us = (k["name"] or "").lower(), k["us"]
         if k["class"] in CONVOLUTIONS or k["class"] == "matrix multiply":
@@ -204,9 +208,10 @@ def signs(by_name: Iterable[dict[str, Any]]) -> dict[str, float]:
             out["half_us"] += us if _HALF.search(low) else 0.0
         if k["class"] in CONVOLUTIONS:
             out["conv_us"] += us
-            out["nhwc_us"] += us if "nhwc" in low else 0.0
+            out["nhwc_us"] += us if _NHWC_OUT.search(low) else 0.0
         out["conversion_us"] += us if _LAYOUT_CONVERSION.search(low) else 0.0
         out["triton_us"] += us if low.startswith("triton_") else 0.0
+        out["compute_us"] += us if k["class"] not in (COPIES, "communication") else 0.0
     return out
 
 

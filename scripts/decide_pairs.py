@@ -13,7 +13,7 @@ ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT_DIR)
 
 from steplens.project import decide  # noqa: E402
-from steplens.project.comparison import compare_records  # noqa: E402
+from steplens.project.comparison import IGNORED, compare_records  # noqa: E402
 from steplens.project.diff import DiffError, read_side  # noqa: E402
 from steplens.project.runs import CompareError, gather_offline  # noqa: E402
 from steplens.trace.reader import TraceError  # noqa: E402
@@ -31,12 +31,34 @@ def profile_traces(root, records, workers):
     return os.path.join(root, "runs", sorted(runs, key=lambda r: r["created_at"])[-1]["uuid"], "outputs", "traces")
 
 
+def same_study(records, counts):
+    """The runs of the sweep's own settings: those of the latest succeeded profile run with the first worker count,
+    apart from the workers and what a profile run and its bench runs may differ in (decide.MODE_SETTINGS). Other
+    local runs (another batch, data or option) would split the bench groups, and no group would be the baseline."""
+    ref = [r for r in records if r["mode"] == "profile" and r["status"] == "succeeded"]
+    ref = [r for r in ref if r["settings"].get("workers") == counts[0]]
+    if not ref:
+        return records
+    skip = decide.MODE_SETTINGS | IGNORED | {"workers"}
+    want = {k: v for k, v in max(ref, key=lambda r: r["created_at"])["settings"].items() if k not in skip}
+    kept = [r for r in records if all(r["settings"].get(k) == v for k, v in want.items())]
+    differ = sorted({k for r in records if r not in kept for k, v in want.items() if r["settings"].get(k) != v})
+    if differ:
+        said = ", ".join(f"{k}={want[k]}" for k in differ)
+        print(
+            f"({len(records) - len(kept)} local runs of other settings left out: the decision reads those with {said},"
+        )
+        print(f" as the latest --workers {counts[0]} profile run has)")
+    return kept
+
+
 def fmt(v, f):
     return "n/a" if v is None else f.format(v)
 
 
 def main(root, counts):
     records, _ = gather_offline(root)
+    records = same_study(records, counts)
     sides = {w: read_side(profile_traces(root, records, w)) for w in counts}
     rows = []
     pairs = list(zip(counts, counts[1:]))

@@ -391,7 +391,8 @@ def test_a_tiny_pageable_copy_s_sync_costs_no_more_than_its_wait():
     "part,share,delays_seen,said",
     [
         ("train/forward_backward", 0.48, {"launch": 0.57}, "also counts the launch waits outside it"),
-        ("train/forward_backward", 0.48, {"launch": 0.40, "sync": 0.08}, None),  # a sync inside the scope
+        # a sync inside the scope: the scope's idle is the larger, and the line says what else it holds
+        ("train/forward_backward", 0.48, {"launch": 0.40, "sync": 0.08}, "counts launch waits alone"),
         ("eval/forward", 0.30, {"launch": 0.305}, None),  # within a point
         ("busy", 0.97, {"compute": 0.09, "copy": 0.89}, "its copies included"),
         ("busy", 0.97, {"compute": 0.965}, None),
@@ -403,7 +404,8 @@ def test_the_verdict_s_share_beside_its_delay_is_explained_only_where_the_reason
     part, share, delays_seen, said
 ):
     """A line beside the delays says why the verdict's share differs from the delay that reads the same time, only
-    where the difference has one known cause: copies inside busy time, launch waits outside the forward scope."""
+    where the difference has one known cause: copies inside busy time, launch waits outside the forward scope,
+    and (by definition) what else the forward scope's idle holds where it is the larger."""
     from steplens.evidence import formatting
 
     shares = dict.fromkeys(delays.CLASSES, 0.0) | delays_seen

@@ -72,3 +72,26 @@ def test_a_job_stopped_by_ctrl_c_stops_the_jobs_after_it(tmp_path):
     assert proc.returncode == 130, proc.stderr
     assert len(log.read_text().splitlines()) == 1, "the jobs after the stopped one ran"
     assert proc.stderr.count("*** stopped (exit 130)") == 1 and "FAILED" not in proc.stderr, proc.stderr
+
+
+def test_make_run_s_decision_reads_the_runs_of_its_own_settings(capsys):
+    """scripts/decide_pairs.py (make run's decision) leaves out local runs of other settings, which would split
+    the bench groups so that no group is the baseline, and says which setting tells them apart. A profile run and
+    its bench runs may differ in mode settings (bench_steps, profile_detail...), and the workers are the sweep."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("decide_pairs", os.path.join(ROOT, "scripts", "decide_pairs.py"))
+    decide_pairs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decide_pairs)
+
+    def run(mode, workers, created, **settings):
+        base = {"workers": workers, "batch_size": 128, "data": "synthetic", "bench_steps": 5}
+        return {"mode": mode, "status": "succeeded", "created_at": created, "settings": {**base, **settings}}
+
+    ours = [run("profile", 0, 5), run("profile", 4, 6), run("bench", 0, 7, bench_steps=100), run("bench", 4, 8)]
+    older = [run("profile", 0, 1, batch_size=4), run("bench", 0, 2, batch_size=4), run("bench", 4, 3, batch_size=4)]
+    assert decide_pairs.same_study(older + ours, [0, 4]) == ours
+    out = capsys.readouterr().out
+    assert "3 local runs of other settings left out" in out and "batch_size=128," in out and "bench_steps" not in out
+    assert decide_pairs.same_study(ours, [0, 4]) == ours and not capsys.readouterr().out
+    assert decide_pairs.same_study(older[1:], [0, 4]) == older[1:], "no profile run: nothing to read the settings of"

@@ -316,7 +316,7 @@ def compare_machine(
                 what = "is none of the groups (give a group's label or KEY=VALUE settings)"
             else:
                 what = "is none of the groups"
-            raise CompareError(f"--baseline {baseline!r} {what}{where}: {'; '.join(labels)}")
+            raise CompareError(f"--baseline {baseline!r} {what}{where}; the groups: {'; '.join(labels)}")
         ordered.insert(0, ordered.pop(found[0]))
     base = groups[ordered[0]]
     base_rates = [r["samples_per_sec"] for r in base]

@@ -13,7 +13,7 @@ ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT_DIR)
 
 from steplens.project import decide  # noqa: E402
-from steplens.project.comparison import IGNORED, compare_records  # noqa: E402
+from steplens.project.comparison import IGNORED, compare_records, setting  # noqa: E402
 from steplens.project.diff import DiffError, read_side  # noqa: E402
 from steplens.project.runs import CompareError, gather_offline  # noqa: E402
 from steplens.trace.reader import TraceError  # noqa: E402
@@ -31,24 +31,37 @@ def profile_traces(root, records, workers):
     return os.path.join(root, "runs", sorted(runs, key=lambda r: r["created_at"])[-1]["uuid"], "outputs", "traces")
 
 
+def _alike(r, ref, skip):
+    """Whether run r has ref's settings outside skip, each read as compare groups by it (off, False, absent: one)."""
+    keys = (set(r["settings"]) | set(ref["settings"])) - skip
+    return all(setting(r, k) == setting(ref, k) for k in keys)
+
+
 def same_study(records, counts):
-    """The runs of the sweep's own settings: those of the latest succeeded profile run with the first worker count,
-    apart from the workers and what a profile run and its bench runs may differ in (decide.MODE_SETTINGS). Other
-    local runs (another batch, data or option) would split the bench groups, and no group would be the baseline."""
-    ref = [r for r in records if r["mode"] == "profile" and r["status"] == "succeeded"]
+    """The runs of the sweep's own settings, as compare will group them: those like the latest succeeded profile
+    run with the first worker count, apart from the workers and what a profile run and its bench runs may differ
+    in (decide.MODE_SETTINGS); bench runs also like the latest such bench run in those (bench_steps, seed...).
+    Other local runs (another batch, data or window) would split the bench groups, and no group would be the
+    baseline. Runs without settings (failed before logging them) are kept: compare says what it does with them."""
+    ref = [r for r in records if r["mode"] == "profile" and r["status"] == "succeeded" and r["settings"]]
     ref = [r for r in ref if r["settings"].get("workers") == counts[0]]
     if not ref:
         return records
+    ref = max(ref, key=lambda r: r["created_at"])
     skip = decide.MODE_SETTINGS | IGNORED | {"workers"}
-    want = {k: v for k, v in max(ref, key=lambda r: r["created_at"])["settings"].items() if k not in skip}
-    kept = [r for r in records if all(r["settings"].get(k) == v for k, v in want.items())]
-    differ = sorted({k for r in records if r not in kept for k, v in want.items() if r["settings"].get(k) != v})
-    if differ:
-        said = ", ".join(f"{k}={want[k]}" for k in differ)
-        print(
-            f"({len(records) - len(kept)} local runs of other settings left out: the decision reads those with {said},"
-        )
-        print(f" as the latest --workers {counts[0]} profile run has)")
+    kept = [r for r in records if not r["settings"] or _alike(r, ref, skip)]
+    bench = [r for r in kept if r["mode"] == "bench" and r["settings"]]
+    if bench:  # the bench groups split on what compare does not ignore: the latest bench run's window sets it
+        last = max(bench, key=lambda r: r["created_at"])
+        kept = [r for r in kept if r["mode"] != "bench" or not r["settings"] or _alike(r, last, IGNORED | {"workers"})]
+    left = [r for r in records if r not in kept]
+    if left:
+        differ = sorted(
+            {k for r in left for k in set(r["settings"]) | set(ref["settings"]) if k not in IGNORED | {"workers"}
+             and setting(r, k) != setting(ref if k not in decide.MODE_SETTINGS or not bench else last, k)}
+        )  # fmt: skip
+        print(f"({len(left)} local runs of other settings left out ({', '.join(differ)}): the decision reads the runs")
+        print(f" like the latest --workers {counts[0]} profile run and the latest bench run)")
     return kept
 
 

@@ -6,7 +6,7 @@
 # disk under ./data, else the synthetic set (announced). Override with DATA=cifar10|synthetic.
 # A failing job does not stop the others (Ctrl-C or SIGTERM in a job stops them all); the script ends with steplens report over the runs
 # it made (bench rates, trace evidence, the traces to open), then (main) the tutorial's decision on workers 0 -> 4
-# from every local run of both, and exits 1 if any job failed.
+# from the local runs of the latest runs' settings, and exits 1 if any job failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -74,7 +74,7 @@ echo "=== the runs of this call (all local runs: COLUMNS=220 $PY -m polyaxon ops
 if [ -n "$new" ]; then
   # shellcheck disable=SC2086  # one uuid per word
   "$PY" -m steplens report "$POLYAXON_OFFLINE_ROOT" $new
-  if [ "$what" = main ]; then  # the tutorial's decision on workers 0 -> 4, from every local run of both
+  if [ "$what" = main ]; then  # the tutorial's decision on workers 0 -> 4, from the local runs of these settings
     echo
     echo "=== the decision on --workers 0 -> 4 (scripts/decide_pairs.py; written to $POLYAXON_OFFLINE_ROOT/decisions.md)"
     "$PY" scripts/decide_pairs.py "$POLYAXON_OFFLINE_ROOT" 0 4 ||

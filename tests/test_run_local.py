@@ -75,9 +75,10 @@ def test_a_job_stopped_by_ctrl_c_stops_the_jobs_after_it(tmp_path):
 
 
 def test_make_run_s_decision_reads_the_runs_of_its_own_settings(capsys):
-    """scripts/decide_pairs.py (make run's decision) leaves out local runs of other settings, which would split
-    the bench groups so that no group is the baseline, and says which setting tells them apart. A profile run and
-    its bench runs may differ in mode settings (bench_steps, profile_detail...), and the workers are the sweep."""
+    """scripts/decide_pairs.py (make run's decision) leaves out local runs that compare would put in other groups,
+    which would leave no group to be the baseline, and names the settings that differ. Profile and bench runs may
+    differ in mode settings (bench_steps...); bench runs not (the latest one's window counts); a setting switched
+    off reads as absent in an older run.json; a run without settings is kept (compare says what it does with it)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("decide_pairs", os.path.join(ROOT, "scripts", "decide_pairs.py"))
@@ -85,13 +86,17 @@ def test_make_run_s_decision_reads_the_runs_of_its_own_settings(capsys):
     spec.loader.exec_module(decide_pairs)
 
     def run(mode, workers, created, **settings):
-        base = {"workers": workers, "batch_size": 128, "data": "synthetic", "bench_steps": 5}
+        base = {"workers": workers, "batch_size": 128, "data": "synthetic", "bench_steps": 100, "compile": "off"}
         return {"mode": mode, "status": "succeeded", "created_at": created, "settings": {**base, **settings}}
 
-    ours = [run("profile", 0, 5), run("profile", 4, 6), run("bench", 0, 7, bench_steps=100), run("bench", 4, 8)]
-    older = [run("profile", 0, 1, batch_size=4), run("bench", 0, 2, batch_size=4), run("bench", 4, 3, batch_size=4)]
-    assert decide_pairs.same_study(older + ours, [0, 4]) == ours
+    older = run("bench", 0, 4)
+    del older["settings"]["compile"]  # an older run.json, before the option existed: off
+    ours = [run("profile", 0, 5, bench_steps=5), run("profile", 4, 6, bench_steps=5), older, run("bench", 4, 8)]
+    failed = {"mode": "bench", "status": "failed", "created_at": 9, "settings": {}}
+    other_batch = [run("profile", 0, 1, batch_size=4), run("bench", 0, 2, batch_size=4)]
+    other_window = [run("bench", 0, 3, bench_steps=5)]
+    assert decide_pairs.same_study(other_batch + other_window + ours + [failed], [0, 4]) == ours + [failed]
     out = capsys.readouterr().out
-    assert "3 local runs of other settings left out" in out and "batch_size=128," in out and "bench_steps" not in out
+    assert "3 local runs of other settings left out (batch_size, bench_steps)" in out, out
     assert decide_pairs.same_study(ours, [0, 4]) == ours and not capsys.readouterr().out
-    assert decide_pairs.same_study(older[1:], [0, 4]) == older[1:], "no profile run: nothing to read the settings of"
+    assert decide_pairs.same_study(other_window, [0, 4]) == other_window, "no profile run: nothing to read"

@@ -282,6 +282,8 @@ def test_unprofiled_steps_takes_three_or_more_and_whole_rounds_of_saves(capsys):
     assert "--unprofiled-steps 5" in line and "a multiple of --checkpoint-every 2" in line, line
     bench = settings.parse_settings(["--mode", "bench", "--profile-phase", "checkpoint", "--unprofiled-steps", "5"])
     assert bench.unprofiled_steps == 5, "bench mode times no unprofiled blocks: nothing to refuse"
+    plain = settings.parse_settings(["--mode", "bench", "--profile-phase", "checkpoint", "--checkpoint-every", "7"])
+    assert plain.unprofiled_steps == 10, "bench mode keeps the default: no block saves there"
 
 
 NAMES = ("CIFAR", "CUDA", "CPU", "SGD", "DataLoader", "Python", "Chrome", "Perfetto", "Polyaxon", "PyTorch")

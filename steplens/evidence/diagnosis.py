@@ -340,10 +340,10 @@ def _drop_applied(out: dict[str, Any], applied: list[str]) -> None:
         return
     nxt, left = out["next"], []
     for key in applied:
-        for words in APPLIED[key][0]:
-            if words in nxt:
-                nxt = nxt.replace(words, "")
-                left.append(key)
+        found = [words for words in APPLIED[key][0] if words in nxt]
+        for words in found:
+            nxt = nxt.replace(words, "")
+        left += [key] if found else []
     old = f"Next: {out['next']}."
     if not left or old not in out["sentence"]:
         return

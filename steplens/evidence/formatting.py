@@ -443,7 +443,7 @@ def _scope_share_line(verdict: dict[str, Any], shares: dict[str, float]) -> list
     two cases whose difference is known: the GPU's busy time (its copies included) against GPU compute (kernels
     alone: copies count under copy), and the GPU's idle inside the forward scope against launch-bound (which also
     counts the launch waits in the other scopes and between them); where the forward scope's idle is the larger,
-    the line says what it holds beyond launch waits, by definition. Elsewhere the two are different measures,
+    the line names the delays its idle can hold beyond launch waits. Elsewhere the two are different measures,
     and no line claims a reason."""
     part, share = verdict.get("part"), verdict.get("share")
     if share is None:
@@ -458,11 +458,11 @@ def _scope_share_line(verdict: dict[str, Any], shares: dict[str, float]) -> list
             f"  (the verdict's {share:.0%} is the GPU's idle inside {part} alone; {delays.NAMES['launch']} "
             f"{shares['launch']:.0%} also counts the launch waits outside it)"
         ]
-    if part in LAUNCH_SCOPES and share - shares.get("launch", 0.0) >= 0.01:  # by definition, not a claimed cause
+    if part in LAUNCH_SCOPES and share - shares.get("launch", 0.0) >= 0.01:  # what else the scope's idle holds
         return [
             f"  (the verdict's {share:.0%} is all of the GPU's idle inside {part}; {delays.NAMES['launch']} "
-            f"{shares.get('launch', 0.0):.0%} counts launch waits alone: the rest of that idle waited on other "
-            "host work in the scope, a sync or the host between launches)"
+            f"{shares.get('launch', 0.0):.0%} counts launch waits alone: the rest is {delays.NAMES['sync']}, "
+            f"{delays.NAMES['host']} or {delays.NAMES['copy']} inside it)"
         ]
     return []
 

@@ -132,13 +132,15 @@ def window_figures(records: list[dict[str, Any]], windows: Sequence[tuple[int, i
         busy[key] = busy.get(key, 0) + sum(_overlap(r["start_ns"], r["made_ns"], t0, t1) for t0, t1 in windows)
     make = _ms([r["made_ns"] - r["start_ns"] for r in made])
     by_batch = {r["batch"]: r for r in asked}
-    # the step's own time between two requests: from receiving a batch to asking for the next one; at least 0
-    # (received is asked plus the wait, so a preemption just before asked was read moves received later)
-    demand = [
-        max(0, by_batch[b + 1]["asked_ns"] - r["received_ns"])
+    # the step's own time between two requests: from receiving a batch to asking for the next one. received is
+    # asked plus the wait, so a preemption just before asked was read moves received later: a negative gap is
+    # that skew, not a time, and is left out
+    gaps = [
+        by_batch[b + 1]["asked_ns"] - r["received_ns"]
         for b, r in by_batch.items()
         if b + 1 in by_batch and any(t0 <= r["asked_ns"] and by_batch[b + 1]["asked_ns"] < t1 for t0, t1 in windows)
     ]
+    demand = [d for d in gaps if d >= 0]
     split = [parts(r) for r in asked]
     wait = sum(p["wait_ns"] for p in split)
     out = {

@@ -93,7 +93,7 @@ def check(args: argparse.Namespace, error: Callable[[str], NoReturn]) -> None:
                 f"--unprofiled-steps {steps}: the unprofiled steps save every {every} steps too, so each block "
                 f"must hold whole rounds of saves: give a multiple of --checkpoint-every {every}"
             )
-        if steps is None:  # the default's multiple of the saving round: blocks save as often as profiled steps
+        if steps is None and args.mode == "profile":  # whole rounds of saves: blocks save as the profiled steps do
             args.unprofiled_steps = scopes.UNPROFILED_STEPS - scopes.UNPROFILED_STEPS % every
 
 

@@ -137,7 +137,7 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
         help="mode=profile: the steps timed without the profiler just before the capture, and again just after "
         "it; the profiler's slow-down is read against them (fewer where each step takes seconds; more for a "
         "narrower interval); with --profile-phase checkpoint a multiple of --checkpoint-every "
-        f"(default: {scopes.UNPROFILED_STEPS}, or the multiple just below it)",
+        f"(default: {scopes.UNPROFILED_STEPS}, or the largest multiple of --checkpoint-every not above it)",
     )
     p.add_argument(
         "--memory-snapshot",

@@ -31,10 +31,10 @@ def profile_traces(root, records, workers):
     return os.path.join(root, "runs", sorted(runs, key=lambda r: r["created_at"])[-1]["uuid"], "outputs", "traces")
 
 
-def _alike(r, ref, skip):
-    """Whether run r has ref's settings outside skip, each read as compare groups by it (off, False, absent: one)."""
-    keys = (set(r["settings"]) | set(ref["settings"])) - skip
-    return all(setting(r, k) == setting(ref, k) for k in keys)
+def _differ(r, ref, skip):
+    """The settings outside skip in which run r differs from ref, each read as compare groups by it (off, False,
+    absent: one value)."""
+    return {k for k in (set(r["settings"]) | set(ref["settings"])) - skip if setting(r, k) != setting(ref, k)}
 
 
 def same_study(records, counts):
@@ -48,20 +48,17 @@ def same_study(records, counts):
     if not ref:
         return records
     ref = max(ref, key=lambda r: r["created_at"])
-    skip = decide.MODE_SETTINGS | IGNORED | {"workers"}
-    kept = [r for r in records if not r["settings"] or _alike(r, ref, skip)]
-    bench = [r for r in kept if r["mode"] == "bench" and r["settings"]]
+    why = {id(r): _differ(r, ref, decide.MODE_SETTINGS | IGNORED | {"workers"}) for r in records if r["settings"]}
+    bench = [r for r in records if r["mode"] == "bench" and r["settings"] and not why[id(r)]]
     if bench:  # the bench groups split on what compare does not ignore: the latest bench run's window sets it
         last = max(bench, key=lambda r: r["created_at"])
-        kept = [r for r in kept if r["mode"] != "bench" or not r["settings"] or _alike(r, last, IGNORED | {"workers"})]
-    left = [r for r in records if r not in kept]
-    if left:
-        differ = sorted(
-            {k for r in left for k in set(r["settings"]) | set(ref["settings"]) if k not in IGNORED | {"workers"}
-             and setting(r, k) != setting(ref if k not in decide.MODE_SETTINGS or not bench else last, k)}
-        )  # fmt: skip
-        print(f"({len(left)} local runs of other settings left out ({', '.join(differ)}): the decision reads the runs")
-        print(f" like the latest --workers {counts[0]} profile run and the latest bench run)")
+        for r in bench:
+            why[id(r)] |= _differ(r, last, IGNORED | {"workers"})
+    kept = [r for r in records if not why.get(id(r))]
+    if len(kept) < len(records):
+        differ = ", ".join(sorted(set().union(*why.values())))
+        print(f"({len(records) - len(kept)} local runs of other settings left out ({differ}): the decision reads")
+        print(f" the runs like the latest --workers {counts[0]} profile run and the latest bench run)")
     return kept
 
 

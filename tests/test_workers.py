@@ -317,6 +317,16 @@ def test_window_figures_read_supply_against_demand():
     assert loader_timeline.outputs(g)["input_supply_ms"] == 20
 
 
+def test_a_negative_gap_between_requests_is_left_out_of_the_demand():
+    """received is asked plus the wait, so a preemption just before asked was read can put a batch's received after
+    the next request: that gap is the clocks' skew, not the step's time, and the demand reads the others."""
+    runs = paced(10)
+    for b in range(1, 5):  # four of the seven gaps skewed, 2 ms past the next request: they would set the median
+        runs[b]["received_ns"] = runs[b + 1]["asked_ns"] + 2_000_000
+    f = window_figures(runs, [(0, 200_000_000)], 2)
+    assert f["demand_ms"] == 10, f
+
+
 def test_window_figures_without_a_request_say_why():
     f = window_figures([record(0, 0, 0, 10, 50, 60)], [(100_000_000, 200_000_000)], 1)
     assert f["verdict"] is None and "no batch" in f["note"]

@@ -8,6 +8,7 @@ from typing import Any
 from steplens.evidence import delays
 from steplens.evidence.attribution import EPS_US, NO_GPU, NO_INPUT, OUTSIDE_SCOPES, pooled_classes
 from steplens.scopes import EVAL_FORWARD, EVAL_TO_DEVICE, SAVE, SCOPES
+from steplens.trace import kernels
 
 
 def headline(evidences: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
@@ -310,7 +311,6 @@ APPLIED = {
     ),
     "compile": (("torch.compile, ",), "torch.compile", "triton kernels"),
 }
-SIGNS = ("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us", "compute_us")  # kernels.signs
 HALF_AT = 0.5  # half precision is applied when it runs this share of the convolutions' and matmuls' GPU time
 NHWC_AT, CONVERSION_BELOW = 0.5, 0.02  # NHWC convolutions, and conversions under this share of their time
 TRITON_AT = 0.05  # torch.compile is applied when triton kernels run this share of the compute kernels' time
@@ -319,7 +319,7 @@ TRITON_AT = 0.05  # torch.compile is applied when triton kernels run this share 
 def applied_fixes(evidences: list[dict[str, Any]]) -> list[str]:
     """The candidate fixes the traces' kernel names show applied (APPLIED's keys), pooled over the traces."""
     found = [(ev.get("window") or {}).get("kernel_classes") or {} for ev in evidences]
-    s = {k: sum((f.get("signs") or {}).get(k, 0.0) for f in found) for k in SIGNS}
+    s = {k: sum((f.get("signs") or {}).get(k, 0.0) for f in found) for k in kernels.SIGNS}
     out = []
     if s["gemm_us"] and s["half_us"] >= HALF_AT * s["gemm_us"]:
         out.append("bf16")
@@ -336,8 +336,6 @@ def _and(words: list[str]) -> str:
 
 def _drop_applied(out: dict[str, Any], applied: list[str]) -> None:
     """GPU compute's advice without the fixes the trace shows applied; a sentence names them and what shows it."""
-    if not applied or "a larger batch" not in out["next"]:
-        return
     nxt, left = out["next"], []
     for key in applied:
         found = [words for words in APPLIED[key][0] if words in nxt]

@@ -327,10 +327,9 @@ class Batches:
         except RuntimeError as e:
             raise shm_error(e) or e
         wait_ns = time.perf_counter_ns() - t0
-        wait = wait_ns / 1e9
-        self.waited_s += wait
+        self.waited_s += wait_ns / 1e9
         # a TimedBatch (loader_timeline.timed_collate) gives back default_collate's batch; its times are kept
-        return self.timeline.received(item, (asked, asked + wait_ns), wait, self.epoch_restarts)
+        return self.timeline.received(item, asked, wait_ns, self.epoch_restarts)
 
 
 SHM_SIGNS = (  # PyTorch's words when a batch cannot pass through shared memory

@@ -83,13 +83,13 @@ class Timeline:
         self.workers, self.queue_depth, self.count = workers, queue_depth, 0
         self.rows: deque[tuple] = deque(maxlen=KEEP)
 
-    def received(self, item: Any, asked: tuple[int, int], wait_s: float, epoch: int) -> Any:
-        """The batch inside item (item itself when it carries no times), its times noted: asked = (when the step
-        asked for it, when it got it) in ns, the second the first plus the wait; wait_s: that wait in seconds."""
+    def received(self, item: Any, asked_ns: int, wait_ns: int, epoch: int) -> Any:
+        """The batch inside item (item itself when it carries no times), its times noted: asked_ns, when the step
+        asked for it (wall clock); wait_ns, how long it waited (perf_counter): received is asked plus the wait."""
         if not isinstance(item, TimedBatch):
             return item
         pin = item.pin or (None, None)
-        self.rows.append((self.count, epoch, *item.made, *pin, *asked, wait_s))
+        self.rows.append((self.count, epoch, *item.made, *pin, asked_ns, asked_ns + wait_ns, wait_ns / 1e9))
         self.count += 1
         return item.batch
 

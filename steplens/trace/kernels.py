@@ -193,6 +193,7 @@ _HALF = re.compile(r"bf16|fp16|f16|half|h884|h1688|h16816")
 # cuDNN names the output layout last: ..._nhwckrsc_nhwc_... (NHWC out) against ..._nhwckrsc_nchw_... (NCHW out)
 _NHWC_OUT = re.compile(r"_nhwc(_|$)")
 _LAYOUT_CONVERSION = re.compile(r"nchwtonhwc|nhwctonchw")
+SIGNS = ("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us", "compute_us")
 
 
 def signs(by_name: Iterable[dict[str, Any]]) -> dict[str, float]:
@@ -200,7 +201,7 @@ def signs(by_name: Iterable[dict[str, Any]]) -> dict[str, float]:
     convolutions and matrix multiplies, those in half precision (_HALF), the convolutions, those whose output is
     NHWC (_NHWC_OUT), the layout conversions cuDNN adds around an NCHW model, the kernels torch.compile generated
     (triton_), and the compute kernels' time (neither copies nor communication), what the triton time is a share of."""
-    out = dict.fromkeys(("gemm_us", "half_us", "conv_us", "nhwc_us", "conversion_us", "triton_us", "compute_us"), 0.0)
+    out = dict.fromkeys(SIGNS, 0.0)
     for k in by_name:
         low, us = (k["name"] or "").lower(), k["us"]
         if k["class"] in CONVOLUTIONS or k["class"] == "matrix multiply":

@@ -122,7 +122,8 @@ def bench_run(tmp_path_factory):
     return shared_offline_run(
         tmp_path_factory,
         "offline-bench",
-        lambda root: run_train(["--mode", "bench", "--bench-steps", "3", *TINY], root),
+        # repeat 1: test_compare's study pairs it with its own workers=1 runs (repeats 1 and 2)
+        lambda root: run_train(["--mode", "bench", "--bench-steps", "3", "--repeat", "1", *TINY], root),
     )
 
 

@@ -42,6 +42,17 @@ def compile_polyaxonfile(params, path=POLYAXONFILE, artifacts_path="/plx-context
     return op, compiled
 
 
+def polyaxon_check(path, *args):
+    """`polyaxon check -f path args` through the CLI's own command, in this process (a CLI process costs about
+    1.5 s of CPU to import Polyaxon): its exit code and what it printed."""
+    quiet()
+    from click.testing import CliRunner
+    from polyaxon._cli.check import check
+
+    result = CliRunner().invoke(check, ["-f", path, *args], env={"COLUMNS": "500"})
+    return result.exit_code, result.output
+
+
 def train_argv(script):
     """The train.py argv of the container script's exec line."""
     lines = [line for line in script.splitlines() if line.strip().startswith("exec python train.py")]

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, TINY, run_train
+from conftest import ROOT, TINY, load_offline_run, run_train
 
 from steplens import stats
 from steplens.job import machine
@@ -700,18 +700,16 @@ def test_without_matplotlib_the_tables_are_written_and_one_line_says_so(tmp_path
 
 
 @pytest.fixture(scope="module")
-def offline_study(tmp_path_factory, profile_run):
-    """Real offline runs: bench workers 0 once and workers 1 twice, plus a copy of the profile run.
-
-    The bench runs are this module's own: a run uuid can live in one server project only, and
-    test_server_e2e pushes the shared bench run to another.
-    """
+def offline_study(tmp_path_factory, profile_run, bench_run):
+    """Real offline runs: bench workers 0 once (a copy of the shared bench run) and workers 1 twice, plus a copy of
+    the profile run. A run uuid lives in one server project only: only this module pushes the shared runs."""
     root = tmp_path_factory.mktemp("study")
     os.makedirs(root / "runs")
-    shutil.copytree(os.path.join(profile_run["root"], "runs", profile_run["uuid"]), root / "runs" / profile_run["uuid"])
-    for workers, repeat in ((0, 1), (1, 1), (1, 2)):
+    for run in (profile_run, bench_run):
+        shutil.copytree(os.path.join(run["root"], "runs", run["uuid"]), root / "runs" / run["uuid"])
+    for repeat in (1, 2):
         proc = run_train(
-            ["--mode", "bench", "--bench-steps", "3", "--workers", str(workers), "--repeat", str(repeat), *TINY], root
+            ["--mode", "bench", "--bench-steps", "3", "--workers", "1", "--repeat", str(repeat), *TINY], root
         )
         assert proc.returncode == 0, proc.stderr
     return root
@@ -732,12 +730,18 @@ def test_compare_cli_over_real_offline_runs(offline_study, tmp_path):
     assert (tmp_path / "comparison.png").stat().st_size > 0
 
 
-def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, tmp_path):
-    """Offline runs pushed to a real server, read back by steplens compare -p from the listing's outputs alone:
-    train.py's env_* outputs make every run.json download unnecessary."""
+def test_compare_reads_runs_through_the_polyaxon_client(sandbox, offline_study, bench_run, tmp_path):
+    """Offline runs pushed to a real server (`polyaxon ops push`), the server shows their outputs, and steplens
+    compare -p reads them back from the listing's outputs alone: train.py's env_* outputs make every run.json
+    download unnecessary."""
     sandbox.cli("project", "create", "--name", "study")
     for uuid in os.listdir(offline_study / "runs"):
         push_run(sandbox, "study", uuid, offline_study)
+    shown = sandbox.cli("ops", "get", "-p", "study", "-uid", bench_run["uuid"], "-o", "json").stdout
+    pushed = json.loads(shown[shown.index("{") :])
+    local = load_offline_run(bench_run["root"], bench_run["uuid"])
+    assert pushed["outputs"]["samples_per_sec"] == pytest.approx(local["outputs"]["samples_per_sec"])
+    assert pushed["status"] == "succeeded" and pushed["name"] == local["name"]
     proc = run_compare("-p", "study", "--out", str(tmp_path), env=sandbox.env())
     assert proc.returncode == 0, proc.stderr
     assert "no machine facts" not in proc.stderr, "no run.json download was needed"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from conftest import ROOT
-from polyaxon_support import compile_polyaxonfile, kubernetes_pod, train_argv
+from polyaxon_support import compile_polyaxonfile, kubernetes_pod, polyaxon_check, train_argv
 
 from steplens.job.settings import build_parser, parse_settings
 
@@ -191,23 +191,9 @@ def test_runtime_install_and_inventory_then_exec():
 def test_polyaxon_check_refuses_bad_params(param, message):
     """`polyaxon check` (the same parser `polyaxon run` uses) refuses a bad -P before scheduling."""
     base = [] if param.startswith("mode=") else ["-P", "mode=bench"]
-    proc = subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "polyaxon"),
-            "check",
-            "-f",
-            os.path.join(ROOT, "polyaxonfile.yaml"),
-            *base,
-            "-P",
-            param,
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "500"},
-        timeout=120,
-    )
-    assert proc.returncode == 1, proc.stdout
-    assert "Polyaxonfile is not valid" in proc.stdout and message in proc.stdout, proc.stdout
+    code, output = polyaxon_check(os.path.join(ROOT, "polyaxonfile.yaml"), *base, "-P", param)
+    assert code == 1, output
+    assert "Polyaxonfile is not valid" in output and message in output, output
 
 
 def test_polyaxon_check_accepts_the_documented_commands():

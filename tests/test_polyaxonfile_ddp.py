@@ -2,10 +2,9 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
-from polyaxon_support import POLYAXONFILE_DDP, kubernetes_pytorchjob, quiet
+from polyaxon_support import POLYAXONFILE_DDP, kubernetes_pytorchjob, polyaxon_check, quiet
 
 from steplens.job.settings import build_parser, parse_settings
 
@@ -190,44 +189,12 @@ def test_the_pytorchjob_manifest_has_the_replicas_resources_shm_and_command(monk
 )
 def test_polyaxon_check_refuses_bad_params(param, message):
     base = [] if param.startswith("mode=") else ["-P", "mode=bench"]
-    proc = subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "polyaxon"),
-            "check",
-            "-f",
-            POLYAXONFILE_DDP,
-            *base,
-            "-P",
-            param,
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "500"},
-        timeout=120,
-    )
-    assert proc.returncode == 1, proc.stdout
-    assert "Polyaxonfile is not valid" in proc.stdout and message in proc.stdout, proc.stdout
+    code, output = polyaxon_check(POLYAXONFILE_DDP, *base, "-P", param)
+    assert code == 1, output
+    assert "Polyaxonfile is not valid" in output and message in output, output
 
 
 def test_polyaxon_check_accepts_the_documented_command():
-    proc = subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "polyaxon"),
-            "check",
-            "-f",
-            POLYAXONFILE_DDP,
-            "-P",
-            "mode=profile",
-            "-P",
-            "replicas=1",
-            "-P",
-            "slow_rank=1",
-            "-P",
-            "slow_input_ms=200",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "500"},
-        timeout=120,
-    )
-    assert proc.returncode == 0 and "Polyaxonfile valid" in proc.stdout, proc.stdout
+    args = ["-P", "mode=profile", "-P", "replicas=1", "-P", "slow_rank=1", "-P", "slow_input_ms=200"]
+    code, output = polyaxon_check(POLYAXONFILE_DDP, *args)
+    assert code == 0 and "Polyaxonfile valid" in output, output

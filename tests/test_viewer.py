@@ -324,17 +324,3 @@ def test_a_run_s_pictures_are_served_only_from_its_own_outputs(tmp_path, monkeyp
     )
     elsewhere = RunRecord(Tracking(tmp_path / "outputs"), {}, "profile", output_dir=str(tmp_path / "mine"))
     assert elsewhere.image_url("traces/p.png") is None
-
-
-def test_a_run_on_a_polyaxon_server_gets_its_readme_there(sandbox):
-    """A managed run (the sandbox's queued run, executed as its agent would) sets its readme on the server."""
-    from test_server_e2e import get_run_json, submit_and_execute
-
-    sandbox.cli("project", "create", "--name", "readme")
-    run_uuid, _, _ = submit_and_execute(sandbox, "readme", "-P", "mode=bench", "-P", "workers=0")
-    outputs = get_run_json(sandbox, "readme", run_uuid)["outputs"]
-    client = sandbox.run_client("readme", run_uuid)
-    client.refresh_data()
-    run = client.run_data
-    assert (run.readme or "").startswith(f"**Rate:** {outputs['samples_per_sec']:.1f} samples/s"), run.readme
-    assert (run.description or "").startswith("bench, workers 0, cpu: "), run.description

@@ -978,6 +978,20 @@ def test_the_reader_reads_the_same_events_with_orjson_without_it_and_with_json_l
     assert json.dumps(list(reader.iter_events(trace, chunk=1 << 16))) == whole
 
 
+def test_the_reader_parses_runs_of_at_most_run_characters_whatever_its_chunk(monkeypatch):
+    """With the default 1 MiB chunk, each list of events parsed at once holds at most reader.RUN characters of
+    JSON (a parse of a few tens of kB at once is about a third faster than of a quarter MiB); a smaller RUN gives
+    smaller lists, and the same events."""
+    trace = os.path.join(RESULTS, "h100-delays", "input.pt.trace.json.gz")
+    whole = list(reader.iter_events(trace))
+    for run in (reader.RUN, 1 << 12):
+        monkeypatch.setattr(reader, "RUN", run)
+        lists = list(reader.iter_events(trace).lists())
+        sizes = [sum(len(json.dumps(ev, separators=(",", ":"))) + 1 for ev in part) for part in lists]
+        assert max(sizes) <= run and [ev for part in lists for ev in part] == whole, (run, max(sizes))
+        assert len(lists) > len(whole) * 200 // run, "runs of about RUN characters, not of single events"
+
+
 @pytest.mark.parametrize(
     "value",
     [2**64 + 1, -(2**63) - 1, 2**63 - 1, 18446744073709551615, float("nan"), "\udc80"],

@@ -24,6 +24,7 @@ class TraceError(Exception):
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
+RUN = 1 << 15
 # Where one event ends and the next begins: the text up to the last of these parses as whole events, or not at all
 # (a cut inside a string or inside an event leaves the array unclosed).
 _BOUNDARY = "},"
@@ -173,8 +174,9 @@ class _Stream:
             self._more()
         if self.char() != "{":
             return None
-        # a quarter chunk of events at a time: their objects, alive at once, cost several times their text
-        cut = self._boundary(self.pos + self.chunk // 4)
+        # RUN characters of events at a time (a quarter chunk at most): their objects, alive at once, cost several
+        # times their text, and a parse of a few tens of kB of text at once is the fastest
+        cut = self._boundary(self.pos + min(RUN, self.chunk // 4))
         if cut < 0:
             cut = self._boundary(len(self.buf))
         if cut < 0:

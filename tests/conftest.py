@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -125,6 +126,30 @@ def bench_run(tmp_path_factory):
         # repeat 1: test_compare's study pairs it with its own workers=1 runs (repeats 1 and 2)
         lambda root: run_train(["--mode", "bench", "--bench-steps", "3", "--repeat", "1", *TINY], root),
     )
+
+
+@pytest.fixture(scope="session")
+def failed_download_run(tmp_path_factory, profile_run):
+    """A CIFAR-10 run whose download cannot reach anything (it fails), into a --data-dir whose folders do not exist
+    yet, in a root that already holds the project record the profile run's tracking start wrote."""
+
+    def start(root):
+        shutil.copytree(os.path.join(profile_run["root"], "projects"), root / "projects")
+        dead = "http://127.0.0.1:9"  # nothing listens there: the download fails at once
+        args = ["--mode", "bench", "--device", "cpu", "--data", "cifar10", "--data-dir", str(root / "new" / "d")]
+        return run_train(
+            [*args, "--batch-size", "4", "--warmup-steps", "1", "--bench-steps", "1"],
+            root,
+            timeout=300,
+            **{k: dead for k in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")},
+            no_proxy="",
+            NO_PROXY="",
+        )
+
+    root, proc = shared_run(tmp_path_factory, "offline-failed", start)
+    assert proc.returncode == 1, f"the download should have failed:\n{proc.stderr[-3000:]}"
+    uuid, outputs = single_run(root)
+    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
 
 
 # Rank 1 sleeps this long in every input/next_batch: ten times the largest systematic gap seen between two ranks on a

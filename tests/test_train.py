@@ -8,7 +8,7 @@ import urllib.error
 
 import pytest
 import torch
-from conftest import FEW, ROOT, TINY, load_offline_run, polyaxon_env, run_train, shared_offline_run, single_run
+from conftest import FEW, ROOT, TINY, load_offline_run, polyaxon_env, run_train, shared_offline_run
 
 import train
 from steplens import atomic, errors, scopes
@@ -266,44 +266,16 @@ def test_device_cuda_without_cuda_is_an_error(tmp_path):
     assert not (tmp_path / "offline").exists(), "the offline root made for the refused run was left behind"
 
 
-def test_failed_download_names_synthetic_and_fails_the_run(tmp_path):
+def test_failed_download_names_synthetic_and_fails_the_run(failed_download_run):
     """A CIFAR-10 download that fails exits 1 with a message naming --data synthetic; the run is failed, and
     the folders made for the missing --data-dir are gone."""
-    dead = "http://127.0.0.1:9"  # nothing listens there: the download fails at once
-    proc = run_train(
-        [
-            "--mode",
-            "bench",
-            "--device",
-            "cpu",
-            "--data",
-            "cifar10",
-            "--data-dir",
-            str(tmp_path / "new" / "d"),
-            "--batch-size",
-            "4",
-            "--warmup-steps",
-            "1",
-            "--bench-steps",
-            "1",
-        ],
-        tmp_path / "offline",
-        timeout=300,
-        https_proxy=dead,
-        HTTPS_PROXY=dead,
-        http_proxy=dead,
-        HTTP_PROXY=dead,
-        no_proxy="",
-        NO_PROXY="",
-    )
-    assert proc.returncode == 1, proc.stderr
+    proc, root = failed_download_run["proc"], failed_download_run["root"]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("train.py: error: CIFAR-10") and "--data synthetic" in last
-    uuid, outputs = single_run(tmp_path / "offline")
-    record = read_json(os.path.join(outputs, "run.json"))
+    record = read_json(os.path.join(failed_download_run["outputs"], "run.json"))
     assert record["status"] == "failed" and "--data synthetic" in record["error"]
-    assert load_offline_run(tmp_path / "offline", uuid)["status"] == "failed"
-    assert not (tmp_path / "new").exists(), "the folders made for the missing --data-dir must be removed"
+    assert load_offline_run(root, failed_download_run["uuid"])["status"] == "failed"
+    assert not (root / "new").exists(), "the folders made for the missing --data-dir must be removed"
 
 
 def test_download_error_is_reported_in_process(tmp_path, monkeypatch):

@@ -3,12 +3,11 @@ read through the viewer's API and from the pages headless Chromium renders."""
 
 import json
 import os
-import shutil
 import struct
 import sys
 
 import pytest
-from conftest import ROOT, load_offline_run, run_train, single_run
+from conftest import ROOT, load_offline_run
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import viewer_screenshots  # noqa: E402
@@ -35,41 +34,9 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def failed_run(tmp_path_factory, profile_run):
+def failed_run(failed_download_run):
     """A run that fails (its CIFAR-10 download cannot reach anything) in a root that already holds a project record."""
-    root = tmp_path_factory.mktemp("offline-failed")
-    os.makedirs(root / os.path.dirname(RECORD))
-    shutil.copy(os.path.join(profile_run["root"], RECORD), root / RECORD)
-    dead = "http://127.0.0.1:9"
-    proc = run_train(
-        [
-            "--mode",
-            "bench",
-            "--device",
-            "cpu",
-            "--data",
-            "cifar10",
-            "--data-dir",
-            str(root / "data"),
-            "--batch-size",
-            "4",
-            "--warmup-steps",
-            "1",
-            "--bench-steps",
-            "1",
-        ],
-        root,
-        timeout=300,
-        https_proxy=dead,
-        HTTPS_PROXY=dead,
-        http_proxy=dead,
-        HTTP_PROXY=dead,
-        no_proxy="",
-        NO_PROXY="",
-    )
-    assert proc.returncode == 1, f"the download should have failed:\n{proc.stderr[-3000:]}"
-    uuid, outputs = single_run(root)
-    return {"root": root, "uuid": uuid, "outputs": outputs, "proc": proc}
+    return failed_download_run
 
 
 @pytest.fixture(scope="module")

@@ -978,18 +978,39 @@ def test_the_reader_reads_the_same_events_with_orjson_without_it_and_with_json_l
     assert json.dumps(list(reader.iter_events(trace, chunk=1 << 16))) == whole
 
 
-def test_the_reader_parses_runs_of_at_most_run_characters_whatever_its_chunk(monkeypatch):
-    """With the default 1 MiB chunk, each list of events parsed at once holds at most reader.RUN characters of
-    JSON (a parse of a few tens of kB at once is about a third faster than of a quarter MiB); a smaller RUN gives
-    smaller lists, and the same events."""
+def test_the_reader_parses_runs_of_at_most_run_characters_whatever_its_chunk(monkeypatch, tmp_path):
+    """Each parse is given at most reader.RUN characters of events (a quarter chunk where that is less), never
+    single events: a parse of a few tens of kB at once is the fastest (a quarter MiB took half as long again).
+    An event longer than that is parsed whole, with nothing after it. The events are the same whatever the run."""
+    import types
+
+    import orjson
+
     trace = os.path.join(RESULTS, "h100-delays", "input.pt.trace.json.gz")
     whole = list(reader.iter_events(trace))
-    for run in (reader.RUN, 1 << 12):
+    given = []
+
+    def loads(text):
+        given.append(len(text) - 2)  # "[" + the run's text + "]"
+        return orjson.loads(text)
+
+    monkeypatch.setattr(reader, "orjson", types.SimpleNamespace(loads=loads))
+    for run, chunk in ((reader.RUN, 1 << 20), (1 << 12, 1 << 20), (reader.RUN, 1 << 16)):
         monkeypatch.setattr(reader, "RUN", run)
-        lists = list(reader.iter_events(trace).lists())
-        sizes = [sum(len(json.dumps(ev, separators=(",", ":"))) + 1 for ev in part) for part in lists]
-        assert max(sizes) <= run and [ev for part in lists for ev in part] == whole, (run, max(sizes))
-        assert len(lists) > len(whole) * 200 // run, "runs of about RUN characters, not of single events"
+        given.clear()
+        lists = list(reader.iter_events(trace, chunk=chunk).lists())
+        limit = min(run, chunk // 4)
+        assert max(given) <= limit + 1 and [ev for part in lists for ev in part] == whole, (run, chunk, max(given))
+        assert len(whole) * 200 // limit < len(lists) < len(whole) // 10, (run, chunk, len(lists))
+    big = {"ph": "X", "cat": "cpu_op", "name": "n" * 3000, "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}
+    small = dict(big, name="small")
+    text = json.dumps({"traceEvents": [small, big, small, small]})
+    path = tmp_path / "big-event.json"
+    path.write_text(text)
+    monkeypatch.setattr(reader, "RUN", 1024)
+    given.clear()
+    assert list(reader.iter_events(str(path))) == [small, big, small, small]
+    assert max(given) < len(json.dumps(big)) + len(json.dumps(small)), (given, len(json.dumps(big)))
 
 
 @pytest.mark.parametrize(

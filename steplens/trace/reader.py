@@ -164,6 +164,15 @@ class _Stream:
                 return cut
             cut += 1  # rfind's end is exclusive: the next search ends before this '},'
 
+    def _boundary_after(self, at: int) -> int:
+        """The first '},' at or after `at` that a '{' follows (blanks between); -1 where the buffer has none."""
+        buf = self.buf
+        while True:
+            at = buf.find(_BOUNDARY, at)
+            if at < 0 or _NEXT_OBJECT.match(buf, at + len(_BOUNDARY)):
+                return at
+            at += 1
+
     def _run(self):
         """The events from here to the buffer's last event boundary, parsed as one array (then the stream stands
         after that boundary's comma), or None: no boundary, or text that does not parse whole, which is then read
@@ -176,9 +185,10 @@ class _Stream:
             return None
         # RUN characters of events at a time (a quarter chunk at most): their objects, alive at once, cost several
         # times their text, and a parse of a few tens of kB of text at once is the fastest
-        cut = self._boundary(self.pos + min(RUN, self.chunk // 4))
-        if cut < 0:
-            cut = self._boundary(len(self.buf))
+        limit = self.pos + min(RUN, self.chunk // 4)
+        cut = self._boundary(limit)
+        if cut < 0:  # no event ends within the limit: up to the first that ends after it (a long event, alone)
+            cut = self._boundary_after(max(self.pos, limit - 1))
         if cut < 0:
             return None
         try:
@@ -195,8 +205,8 @@ META_KEYS = ("deviceProperties",)
 
 
 class Events:
-    """A trace's events, read as they are iterated (once per iteration): one by one, or as the lists of a few
-    hundred events that the reader parses at once (lists())."""
+    """A trace's events, read as they are iterated (once per iteration): one by one, or as the lists of events
+    (about a hundred, RUN characters of them at most) that the reader parses at once (lists())."""
 
     def __init__(self, path: str, chunk: int, meta: dict[str, Any] | None):
         self.path, self.chunk, self.meta = path, chunk, meta

@@ -180,8 +180,7 @@ def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
     two events could be one written twice. Whatever it answers is what extract answers on the same events
     (extract fails on times past 2**63 ns, which quick reads).
 
-    events: a list, any iterable, or the reader's Events (read as the lists of a few hundred events it parses at
-    once)."""
+    events: a list, any iterable, or the reader's Events (read as the lists of events it parses at once)."""
     lists = events.lists() if isinstance(events, Events) else _batches(events)
     one = _OnePass(tap)
     try:

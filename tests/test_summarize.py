@@ -980,7 +980,7 @@ def test_the_reader_reads_the_same_events_with_orjson_without_it_and_with_json_l
 
 def test_the_reader_parses_runs_of_at_most_run_characters_whatever_its_chunk(monkeypatch, tmp_path):
     """Each parse is given at most reader.RUN characters of events (a quarter chunk where that is less), never
-    single events: a parse of a few tens of kB at once is the fastest (a quarter MiB took half as long again).
+    single events: a parse of a few tens of kB at once is the fastest (a quarter MiB took a third longer).
     An event longer than that is parsed whole, with nothing after it. The events are the same whatever the run."""
     import types
 

@@ -69,9 +69,9 @@ def test_bench_run_through_the_server(sandbox, project, tmp_path):
     assert record["results"]["samples_per_sec"] == pytest.approx(run["outputs"]["samples_per_sec"])
     client = sandbox.run_client(project, run_uuid)
     client.refresh_data()
-    shown = client.run_data
-    assert (shown.readme or "").startswith(f"**Rate:** {run['outputs']['samples_per_sec']:.1f} samples/s"), shown.readme
-    assert (shown.description or "").startswith("bench, workers 0, cpu: "), shown.description
+    data = client.run_data
+    assert (data.readme or "").startswith(f"**Rate:** {run['outputs']['samples_per_sec']:.1f} samples/s"), data.readme
+    assert (data.description or "").startswith("bench, workers 0, cpu: "), data.description
 
 
 def test_profile_run_traces_download(sandbox, project, tmp_path):

@@ -1,9 +1,10 @@
 """Reading a Chrome trace as a stream of events: memory follows the events kept, not the file's size.
 
-The events of `traceEvents` are read from 1 MiB chunks (plain or gzipped JSON). Where a chunk holds whole events,
-they are parsed as one JSON array: with orjson where it is installed, else with the standard library's json,
-which reads them exactly as one raw_decode per event would. Anything else (the document's head and tail, an
-event cut by the chunk's end, a chunk that does not parse as an array) is read one value at a time."""
+The events of `traceEvents` are read from 1 MiB chunks (plain or gzipped JSON), and parsed in runs of whole
+events of at most RUN characters (an event longer than that alone), each as one JSON array: with orjson where it
+is installed, else with the standard library's json, which reads them exactly as one raw_decode per event would.
+Anything else (the document's head and tail, an event cut by the chunk's end, a run that does not parse as an
+array) is read one value at a time."""
 
 import codecs
 import gzip
@@ -24,7 +25,7 @@ class TraceError(Exception):
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
-RUN = 1 << 15  # characters of events parsed at once: a quarter MiB took a third longer (results/reader-speed/)
+RUN = 1 << 15  # characters of events parsed at once: a quarter MiB took over a quarter longer (results/reader-speed/)
 # Where one event ends and the next begins: the text up to the last of these parses as whole events, or not at all
 # (a cut inside a string or inside an event leaves the array unclosed).
 _BOUNDARY = "},"
@@ -174,9 +175,10 @@ class _Stream:
             at += 1
 
     def _run(self):
-        """The events from here to the buffer's last event boundary, parsed as one array (then the stream stands
-        after that boundary's comma), or None: no boundary, or text that does not parse whole, which is then read
-        one value at a time (json's own errors, or values json reads and orjson refuses: NaN, lone surrogates)."""
+        """The events from here to the last event boundary within RUN characters (a quarter chunk at most), or to
+        the first after it where none ends within, parsed as one array (then the stream stands after that
+        boundary's comma), or None: no boundary, or text that does not parse whole, which is then read one value
+        at a time (json's own errors, or values json reads and orjson refuses: NaN, lone surrogates)."""
         if self.pos < self.slow_until:
             return None
         if len(self.buf) - self.pos < self.chunk // 2 and not self.eof:
@@ -206,7 +208,8 @@ META_KEYS = ("deviceProperties",)
 
 class Events:
     """A trace's events, read as they are iterated (once per iteration): one by one, or as the lists of events
-    (about a hundred, RUN characters of them at most) that the reader parses at once (lists())."""
+    that the reader parses at once (lists(): about a hundred events, RUN characters of them at most, or one
+    longer event alone)."""
 
     def __init__(self, path: str, chunk: int, meta: dict[str, Any] | None):
         self.path, self.chunk, self.meta = path, chunk, meta

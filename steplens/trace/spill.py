@@ -17,14 +17,13 @@ full disk: ENOSPC) raises SpillError, a TraceError: one line, never a silently s
 
 import heapq
 import os
-import struct
 import sys
 import tempfile
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 from itertools import chain, compress, islice
-from operator import eq, gt
+from operator import ge
 from typing import Any
 
 from steplens.trace.reader import TraceError
@@ -248,11 +247,12 @@ class Runs:
     each group's records come as a few sorted runs (a trace's thread lists its operators in order, then its
     Python functions in order), since a run is written as it came and only merged.
 
-    Each group's new records are held as width columns (lists: an append to one costs about a third of an array's),
-    add() gives them: append one number to each column a record, and call flush() once they pass the chunk (all
-    groups together). flush() cuts each group's new records into sorted runs (where a record is smaller than the
-    one before) and writes them to an unnamed temp file (spill_dir); a run that goes on from the group's last one
-    is joined to it. It answers False, writing nothing more, once a group has more than max_runs runs: records in
+    Each group's new records are held as width columns (arrays: an append costs about a list's, and their bytes
+    are written as they are, where a list's numbers must each be read and packed). add() gives them: append one
+    number to each column a record, and call flush() once they pass the chunk (all groups together). flush() cuts
+    each group's new records into sorted runs (where a record is smaller than the one before) and writes them to an
+    unnamed temp file (spill_dir); a run that goes on from the group's last one is joined to it. It answers False,
+    writing nothing more, once a group has more than max_runs runs: records in
     no order cost less to sort than to merge. finish() writes the rest before reading. sorted(group) gives the
     group's records as sorted tuples, merged from the file BUFFER records per run at a time. Nothing is written
     while the records fit one chunk."""
@@ -261,7 +261,7 @@ class Runs:
         self.typecode, self.width = typecode, width
         self.chunk, self.max_runs = chunk or CHUNK, max_runs
         self.itemsize = array(typecode).itemsize
-        self.new: list[tuple[list, ...]] = []  # each group's records not yet written, as columns
+        self.new: list[tuple[array, ...]] = []  # each group's records not yet written, as columns
         self.segments: list[list[list[tuple[int, int]]]] = []  # each group's runs: (byte offset, records) pieces
         self.tails: list[tuple | None] = []  # each group's last record written
         self.file = None
@@ -269,7 +269,7 @@ class Runs:
 
     def add(self) -> tuple[list, ...]:
         """A new group (numbered in the order made): the columns its records are appended to."""
-        self.new.append(tuple([] for _ in range(self.width)))
+        self.new.append(tuple(array(self.typecode) for _ in range(self.width)))
         self.segments.append([])
         self.tails.append(None)
         return self.new[-1]
@@ -296,32 +296,32 @@ class Runs:
         sorted in memory); False where a group then has too many runs."""
         return self.file is None or self.flush()
 
-    def _write(self, g: int, columns: tuple[list, ...]) -> bool:
+    def _write(self, g: int, columns: tuple[array, ...]) -> bool:
         first = columns[0]
         k = len(first)
-        cuts = list(compress(range(1, k), map(gt, first, islice(first, 1, None))))
-        # where the first number ties, the rest decide (whole tuples: merged() bisects on them)
-        ties = compress(range(1, k), map(eq, first, islice(first, 1, None)))
-        cuts += [i for i in ties if tuple(c[i - 1] for c in columns) > tuple(c[i] for c in columns)]
+        # one pass in C over the first numbers (where one is not below the next); where two tie, the rest decide
+        # (whole tuples: merged() bisects on them)
+        cuts = [
+            i
+            for i in compress(range(1, k), map(ge, first, islice(first, 1, None)))
+            if first[i - 1] > first[i] or tuple(c[i - 1] for c in columns) > tuple(c[i] for c in columns)
+        ]
         runs, tail = self.segments[g], self.tails[g]
         if len(runs) + len(cuts) > self.max_runs:
             return False
-        cuts.sort()
         a = 0
         for b in [*cuts, k]:
             if tail is None or tail > tuple(c[a] for c in columns):
                 runs.append([])
-            data = memoryview(
-                struct.pack(f"={(b - a) * self.width}{self.typecode}", *chain(*(c[a:b] for c in columns)))
-            )
-            _write_all(self.file.fileno(), data, self.end)
+            data = b"".join([c[a:b].tobytes() if b - a < k else c.tobytes() for c in columns])  # column after column
+            _write_all(self.file.fileno(), memoryview(data), self.end)
             runs[-1].append((self.end, b - a))
             self.end += len(data)
             tail = tuple(c[b - 1] for c in columns)
             a = b
         self.tails[g] = tail
         for c in columns:
-            del c[:]  # the same lists: callers keep them
+            del c[:]  # the same arrays: callers keep them
         return len(runs) <= self.max_runs
 
     def _blocks(self, segments: list[tuple[int, int]]) -> Iterator[list]:

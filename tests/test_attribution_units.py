@@ -58,3 +58,43 @@ def test_busy_keeps_when_each_busy_interval_s_launch_started_and_when_its_call_r
     assert list(busy.opened_by) == [4.0, 20.0] and list(busy.opened_end) == [6.0, 25.0]
     plain = Busy(gpu, lambda ev: starts[ev[4]])
     assert list(plain.opened_end) == [4.0, 20.0], "without an end, the call's start"
+
+
+def test_the_idle_sums_of_one_pass_are_the_sums_of_the_separate_passes():
+    """_idle_sums adds the same numbers in the same order as total(idle), total(host_waits(idle)) and
+    total(iintersect(host_waits(idle), each list)): equal floats, and the int 0 where nothing adds (as sum()),
+    on random kernels, launches and lists that touch, nest, cross and run out early."""
+    import random
+
+    from steplens.evidence.attribution import _idle_sums
+    from steplens.trace.intervals import gaps, iintersect, total, union
+
+    rng = random.Random(5)
+    for case in range(302):
+        gpu, launches = [], {}
+        for i in range(rng.randrange(0, 12)):
+            s = rng.choice([rng.uniform(0, 1000), float(rng.randrange(0, 1000, 50))])
+            gpu.append(("kernel", s, s + rng.uniform(0, 80), 7, i, 0))
+            launches[i] = s - rng.choice([5.0, 200.0])  # launched just before, or long before (queued)
+        if case == 300:  # busy all along: nothing idle
+            gpu, launches = [("kernel", 0.0, 1100.0, 7, 0, 0)], {0: 0.0}
+        if case == 301:  # idle only while work is queued: no wait for the host
+            gpu, launches = [("kernel", 0.0, 100.0, 7, 0, 0), ("kernel", 200.0, 1100.0, 7, 1, 0)], {0: 0.0, 1: 50.0}
+        busy = Busy(gpu, lambda ev: launches[ev[4]])
+        span = [0.0, rng.choice([1000.0, 1100.0])]
+        idle = gaps(busy.clip(*span), *span)
+
+        def lists():
+            n = rng.randrange(0, 8)
+            return union([[a, a + rng.uniform(0, 150)] for a in (rng.uniform(0, 1000) for _ in range(n))])
+
+        others = [lists() for _ in range(rng.randrange(0, 4))]
+        got = _idle_sums(busy, iter(idle), others)
+        want = (
+            total(idle),
+            total(busy.host_waits(idle)),
+            [total(iintersect(busy.host_waits(idle), o)) for o in others],
+        )
+        assert repr(got) == repr(want), case
+        if case >= 300:
+            assert got[1] == 0 and type(got[1]) is int and [type(x) for x in got[2]] == [int] * len(others), got

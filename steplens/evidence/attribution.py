@@ -208,10 +208,13 @@ class Busy(Merged):
         that ends the interval was launched after the interval began (its launch latency included). After the
         last GPU event: all of it. An interval ended by work launched before it began is GPU-side (queued)."""
         for a, b in idle:
-            i = bisect.bisect_left(self.starts, b)
-            launch = self.opened_by[i] if i < len(self.starts) else float("inf")
-            if launch > a:
+            if self.waits_for_host(a, b):
                 yield [a, b]
+
+    def waits_for_host(self, a: float, b: float) -> bool:
+        """Whether the idle interval [a, b) is a wait for the host (host_waits)."""
+        i = bisect.bisect_left(self.starts, b)
+        return (self.opened_by[i] if i < len(self.starts) else float("inf")) > a
 
 
 def idle_figures(
@@ -261,11 +264,10 @@ def _idle_out(busy, span, scopes, inputs, busy_on, idle) -> dict[str, Any]:
     """idle_figures' figures, each summed over the intervals in order as they are made (busy_on, idle: functions
     that give them afresh)."""
     length = total(span)
-    idle_us = total(idle())
-    host_us = total(busy.host_waits(idle()))
-    waits = {n: total(iintersect(busy.host_waits(idle()), scopes[n])) for n in scopes}
+    idle_us, host_us, overlaps = _idle_sums(busy, idle(), [*scopes.values(), *([inputs] if inputs is not None else [])])
+    waits = dict(zip(scopes, overlaps))
     waits[OUTSIDE_SCOPES] = max(0.0, host_us - sum(waits.values()))
-    gap_us = total(iintersect(busy.host_waits(idle()), inputs)) if inputs is not None else None
+    gap_us = overlaps[-1] if inputs is not None else None
     busy_us = total(busy_on())
     # Communication alone (NCCL kernels with no other GPU work beside them): busy, but waiting on other ranks.
     comm_us = busy_us - total(intersect(busy.compute, span)) if busy.compute is not None else 0.0
@@ -280,6 +282,31 @@ def _idle_out(busy, span, scopes, inputs, busy_on, idle) -> dict[str, Any]:
         "input_gap_us": gap_us,
         "input_gap_share": None if gap_us is None else (gap_us / idle_us if idle_us else 0.0),
     }
+
+
+def _idle_sums(busy: Busy, idle: Iterable[Sequence[float]], others: list[Iterable[Sequence[float]]]):
+    """(total(idle), total(busy.host_waits(idle)), [total(iintersect(busy.host_waits(idle), o)) for o in others])
+    in one pass over idle: each sum adds the same numbers in the same order as those (the same floats), and each
+    intersection steps through its list as iintersect does."""
+    idle_us = host_us = 0  # as sum() starts: nothing idle is the int 0
+    sums = [0] * len(others)
+    its = [iter(o) for o in others]
+    heads = [next(it, None) for it in its]
+    for a, b in idle:
+        idle_us += b - a
+        if not busy.waits_for_host(a, b):
+            continue
+        host_us += b - a
+        for k, y in enumerate(heads):
+            while y is not None:  # iintersect's step, for this interval of host waits
+                s, e = max(a, y[0]), min(b, y[1])
+                if s < e:
+                    sums[k] += e - s
+                if b < y[1]:
+                    break  # the next interval of host waits
+                y = next(its[k], None)
+            heads[k] = y
+    return idle_us, host_us, sums
 
 
 def _segments(busy_on, idle, waiting, inputs) -> list[list[Any]]:

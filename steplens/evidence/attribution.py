@@ -11,7 +11,7 @@ from steplens.evidence import delays
 from steplens.scopes import SCOPES
 from steplens.trace import kernels
 from steplens.trace.columns import CorrIndex, Merged, merge_sorted, sorted_pairs
-from steplens.trace.intervals import complement, gaps, iintersect, intersect, total, union
+from steplens.trace.intervals import Total, complement, gaps, iintersect, intersect, total, union
 from steplens.trace.spill import SortedRecords, median
 from steplens.trace.timeline import GRAPH_LAUNCH_CALLS, LAUNCH_CALLS, LOADER_PREFIX, SYNC_CALLS, Trace
 
@@ -286,27 +286,26 @@ def _idle_out(busy, span, scopes, inputs, busy_on, idle) -> dict[str, Any]:
 
 def _idle_sums(busy: Busy, idle: Iterable[Sequence[float]], others: list[Iterable[Sequence[float]]]):
     """(total(idle), total(busy.host_waits(idle)), [total(iintersect(busy.host_waits(idle), o)) for o in others])
-    in one pass over idle: each sum adds the same numbers in the same order as those (the same floats), and each
-    intersection steps through its list as iintersect does."""
-    idle_us = host_us = 0  # as sum() starts: nothing idle is the int 0
-    sums = [0] * len(others)
+    in one pass over idle: each sum adds the same numbers in the same order as those, as sum() adds them
+    (intervals.Total), and each intersection steps through its list as iintersect does."""
+    idle_us, host_us, sums = Total(), Total(), [Total() for _ in others]
     its = [iter(o) for o in others]
     heads = [next(it, None) for it in its]
     for a, b in idle:
-        idle_us += b - a
+        idle_us.add(b - a)
         if not busy.waits_for_host(a, b):
             continue
-        host_us += b - a
+        host_us.add(b - a)
         for k, y in enumerate(heads):
             while y is not None:  # iintersect's step, for this interval of host waits
                 s, e = max(a, y[0]), min(b, y[1])
                 if s < e:
-                    sums[k] += e - s
+                    sums[k].add(e - s)
                 if b < y[1]:
                     break  # the next interval of host waits
                 y = next(its[k], None)
             heads[k] = y
-    return idle_us, host_us, sums
+    return idle_us.value(), host_us.value(), [t.value() for t in sums]
 
 
 def _segments(busy_on, idle, waiting, inputs) -> list[list[Any]]:

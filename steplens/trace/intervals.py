@@ -1,5 +1,7 @@
 """Interval algebra on [start, end) lists: union, total, intersection, clipping, complement, difference."""
 
+import math
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 
 
@@ -17,6 +19,40 @@ def union(intervals: Iterable[Sequence[float]]) -> list[list[float]]:
 
 def total(merged: Iterable[Sequence[float]]) -> float:
     return sum(e - s for s, e in merged)
+
+
+# sum() of floats: a plain running sum up to Python 3.11, Neumaier's compensated sum from 3.12 (CPython's
+# builtin_sum_impl)
+_COMPENSATED = sys.version_info >= (3, 12)
+
+
+class Total:
+    """sum() of floats given one at a time (add): value() is the float sum() gives for the same floats in the same
+    order on the running Python, or the int 0 where none was added, as sum() starts. For sums made side by side in
+    one pass over intervals (total of each), where each sum() would need its own pass."""
+
+    __slots__ = ("f", "c", "n")
+
+    def __init__(self):
+        self.f, self.c, self.n = 0.0, 0.0, False
+
+    def add(self, x: float) -> None:
+        if not self.n:  # 0 + x: -0.0 becomes 0.0, as in sum()
+            self.f, self.n = 0 + x, True
+        elif not _COMPENSATED:
+            self.f += x
+        else:
+            f = self.f
+            t = f + x
+            self.c += (f - t) + x if abs(f) >= abs(x) else (x - t) + f
+            self.f = t
+
+    def value(self) -> float:
+        if not self.n:
+            return 0
+        if _COMPENSATED and self.c and math.isfinite(self.c):
+            return self.f + self.c
+        return self.f
 
 
 def intersect(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> list[list[float]]:

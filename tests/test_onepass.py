@@ -212,6 +212,34 @@ def test_runs_give_every_record_back_sorted_from_few_runs_or_many(small_runs):
     runs.close()
 
 
+def test_runs_cut_where_first_numbers_tie_and_the_rest_decide(small_runs):
+    """First numbers that tie (the rest then order the records), records written twice, -inf in the second
+    column, and ties across a flush: every record comes back as sorted() gives them, and a track written in order
+    stays one run however its records are flushed."""
+    rng = random.Random(8)
+    for case in range(40):
+        runs = spill.Runs("d", 3)
+        shuffled, in_order = runs.add(), runs.add()
+        added = []
+        for k in range(rng.randrange(1, 300)):
+            record = (float(rng.randrange(5)), rng.choice([-float("inf"), -1.0, -2.0]), float(rng.randrange(2)))
+            added.append(record)
+            for column, value in zip(shuffled, record):
+                column.append(value)
+            if rng.random() < 0.05:
+                assert runs.flush()
+        for record in sorted(added):
+            for column, value in zip(in_order, record):
+                column.append(value)
+            if rng.random() < 0.05:
+                assert runs.flush()
+        assert runs.flush()
+        assert list(runs.sorted(0)) == sorted(added), case
+        assert runs.runs(1) == 1, case
+        assert list(runs.sorted(1)) == sorted(added), case
+        runs.close()
+
+
 def test_the_rare_event_is_read_as_the_exact_read_does(small_runs):
     """Lists that hold a rare event after the trace's time is fixed: a start half a ns
     past a whole one (llround rounds it up, round() would not), a slice that ends 1 ns after the slice it

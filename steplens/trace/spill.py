@@ -267,7 +267,7 @@ class Runs:
         self.file = None
         self.end = 0
 
-    def add(self) -> tuple[list, ...]:
+    def add(self) -> tuple[array, ...]:
         """A new group (numbered in the order made): the columns its records are appended to."""
         self.new.append(tuple(array(self.typecode) for _ in range(self.width)))
         self.segments.append([])

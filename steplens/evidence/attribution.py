@@ -237,7 +237,7 @@ def idle_figures(
     """
     if not span:
         return None
-    runs = SortedRecords("d", 2)  # the idle intervals, for union's sort; read again for each figure
+    runs = SortedRecords("d", 2)  # the idle intervals, for union's sort; read again for the sums, delays, lanes
     for a, b in span:
         for s, e in gaps(busy.clip(a, b), a, b):
             runs.add((s, e))

@@ -252,10 +252,9 @@ class Runs:
     number to each column a record, and call flush() once they pass the chunk (all groups together). flush() cuts
     each group's new records into sorted runs (where a record is smaller than the one before) and writes them to an
     unnamed temp file (spill_dir); a run that goes on from the group's last one is joined to it. It answers False,
-    writing nothing more, once a group has more than max_runs runs: records in
-    no order cost less to sort than to merge. finish() writes the rest before reading. sorted(group) gives the
-    group's records as sorted tuples, merged from the file BUFFER records per run at a time. Nothing is written
-    while the records fit one chunk."""
+    writing nothing more, once a group has more than max_runs runs: records in no order cost less to sort than to
+    merge. finish() writes the rest before reading. sorted(group) gives the group's records as sorted tuples, merged
+    from the file BUFFER records per run at a time. Nothing is written while the records fit one chunk."""
 
     def __init__(self, typecode: str, width: int, chunk: int | None = None, max_runs: int = 256):
         self.typecode, self.width = typecode, width

@@ -264,7 +264,8 @@ def _idle_out(busy, span, scopes, inputs, busy_on, idle) -> dict[str, Any]:
     """idle_figures' figures, each summed over the intervals in order as they are made (busy_on, idle: functions
     that give them afresh)."""
     length = total(span)
-    idle_us, host_us, overlaps = _idle_sums(busy, idle(), [*scopes.values(), *([inputs] if inputs is not None else [])])
+    others = list(scopes.values()) + ([inputs] if inputs is not None else [])
+    idle_us, host_us, overlaps = _idle_sums(busy, idle(), others)
     waits = dict(zip(scopes, overlaps))
     waits[OUTSIDE_SCOPES] = max(0.0, host_us - sum(waits.values()))
     gap_us = overlaps[-1] if inputs is not None else None

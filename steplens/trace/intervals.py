@@ -29,8 +29,8 @@ _COMPENSATED = sys.version_info >= (3, 12)
 class Total:
     """sum() of floats given one at a time (add): value() is the float sum() gives for the same floats (exact
     floats only: not ints, not subclasses) in the same order on the running Python, or the int 0 where none was
-    added, as sum() starts. For sums made side by side in
-    one pass over intervals (total of each), where each sum() would need its own pass."""
+    added, as sum() starts. For sums made side by side in one pass over intervals (total of each), where each
+    sum() would need its own pass."""
 
     __slots__ = ("f", "c", "n")
 

@@ -312,7 +312,7 @@ class Runs:
         for b in [*cuts, k]:
             if tail is None or tail > tuple(c[a] for c in columns):
                 runs.append([])
-            data = b"".join([c[a:b].tobytes() if b - a < k else c.tobytes() for c in columns])  # column after column
+            data = b"".join([c[a:b].tobytes() for c in columns])  # column after column
             _write_all(self.file.fileno(), memoryview(data), self.end)
             runs[-1].append((self.end, b - a))
             self.end += len(data)

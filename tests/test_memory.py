@@ -6,6 +6,7 @@ import io
 import json
 import os
 
+import pytest
 from conftest import load_offline_run
 from test_compare import rec
 from test_summarize import reprofile, run_json, scope, step, write
@@ -114,6 +115,22 @@ def test_memory_events_are_read_in_time_order_whatever_the_file_order():
     events = made_trace()
     shuffled = events[:8] + list(reversed(events[8:]))
     assert summarize.summarize_events(shuffled)["memory"] == summarize.summarize_events(events)["memory"]
+
+
+def test_a_memory_record_packed_in_one_call_is_the_record_the_tuple_path_keeps():
+    """add() packs the common event's record in one call where the time is at or past 0: its records are those
+    the tuple path keeps (time keys of -0.0, 0.0, the smallest double, negatives and huge times; 64-bit edges),
+    and a number past 64 bits is still refused as before."""
+    m = memory.Memory()
+    cases = [(5.0, 5, 100), (0.0, 1, 1), (-0.0, 2, 2), (-3.5, -7, 0), (5e-324, 3, 3), (1e300, 4, 4)]
+    cases += [(2.5, (1 << 63) - 1, 0), (3.0, 1, -(1 << 63)), (-2.0, (1 << 63) - 1, -(1 << 63))]
+    for ts, nbytes, allocated in cases:
+        m.add(mem(ts, nbytes, allocated, 1 << 40))
+    want = sorted((memory._time_key(ts), i, b, a, 1 << 40) for i, (ts, b, a) in enumerate(cases))
+    assert list(m.devices["cuda:0"].records.read(keep=True)) == want
+    assert [memory._time(k) for k, *_ in want][:3] == [-3.5, -2.0, 0.0]
+    with pytest.raises(OverflowError):
+        m.add(mem(6.0, 1 << 63, 0, 0))
 
 
 def test_memory_events_written_twice_count_once():

@@ -196,15 +196,14 @@ def test_runs_give_every_record_back_sorted_from_few_runs_or_many(small_runs):
     runs = spill.Runs("d", 3)
     groups = [runs.add() for _ in range(3)]
     added = [[], [], []]
-    for g, columns in enumerate(groups):
+    for g, records in enumerate(groups):
         for piece in range(4 if g == 0 else 40):
             start = rng.uniform(0, 100)
             for k in range(rng.randrange(1, 30)):
                 record = (start + k, -rng.uniform(0, 5), float(g))
-                for column, value in zip(columns, record):
-                    column.append(value)
+                records.extend(record)
                 added[g].append(record)
-                if sum(len(c[0]) for c in groups) >= runs.chunk:
+                if runs.pending() >= runs.chunk:
                     assert runs.flush()
     assert runs.file is not None and runs.runs(0) <= 4 < runs.runs(1)
     for g in range(3):
@@ -224,13 +223,11 @@ def test_runs_cut_where_first_numbers_tie_and_the_rest_decide(small_runs):
         for k in range(rng.randrange(1, 300)):
             record = (float(rng.randrange(5)), rng.choice([-float("inf"), -1.0, -2.0]), float(rng.randrange(2)))
             added.append(record)
-            for column, value in zip(shuffled, record):
-                column.append(value)
+            shuffled.extend(record)
             if rng.random() < 0.05:
                 assert runs.flush()
         for record in sorted(added):
-            for column, value in zip(in_order, record):
-                column.append(value)
+            in_order.extend(record)
             if rng.random() < 0.05:
                 assert runs.flush()
         assert runs.flush()

@@ -54,7 +54,11 @@ class Memory:
             if type(nbytes) is int and type(allocated) is int and type(reserved) is int and type(kind) is int:
                 d = self._by_id.get((kind, index)) if type(index) in _INDEX_TYPES else None
                 if d is not None:
-                    d.records.add((_time_key(ts), self.seen, nbytes, allocated, reserved))
+                    record = _packed(ts, self.seen, nbytes, allocated, reserved)
+                    if record is not None:
+                        d.records.add_bytes(record)
+                    else:  # a negative time, or a number past 64 bits (which add refuses, as it always has)
+                        d.records.add((_time_key(ts), self.seen, nbytes, allocated, reserved))
                     d.count += 1
                     self.seen += 1
                     return
@@ -95,6 +99,8 @@ _SIGN = 1 << 63
 _INF = math.inf
 _INDEX_TYPES = (int, type(None))  # a Device Id that names a device the same way each time it is read
 _PACK, _UNPACK = struct.Struct("<d").pack, struct.Struct("<q").unpack
+_PACK_BITS, _UNPACK_TIME = struct.Struct("<q").pack, struct.Struct("<d").unpack
+_RECORD = struct.Struct("=d4q").pack  # a Device record's bytes (its array's typecode "q", width 5), time first
 
 
 def _time_key(ts: float) -> int:
@@ -103,10 +109,21 @@ def _time_key(ts: float) -> int:
     return bits if bits >= 0 else -(bits + _SIGN) - 1
 
 
+def _packed(ts: float, seen: int, nbytes: int, allocated: int, reserved: int) -> bytes | None:
+    """A Device record's bytes, packed in one call (add's common event), or None: where the time is at or past 0,
+    its double's bits are its _time_key, and every number must fit 64 bits."""
+    if ts < 0.0:
+        return None
+    try:
+        return _RECORD(ts + 0.0, seen, nbytes, allocated, reserved)
+    except struct.error:
+        return None
+
+
 def _time(key: int) -> float:
     """The time _time_key was given."""
     bits = key if key >= 0 else (-key - 1) - _SIGN
-    return struct.unpack("<d", struct.pack("<q", bits))[0]
+    return _UNPACK_TIME(_PACK_BITS(bits))[0]
 
 
 def tap(events: Iterable[Any], memory: Memory) -> Iterator[Any]:

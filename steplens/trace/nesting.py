@@ -480,8 +480,10 @@ class Slices:
         if not self.records.finish():
             return False
         for track, n in self.ids.items():
-            ends, cpu_ends = [_INF], [_INF]  # the ends of the open slices (Perfetto's stack; the crossing check's),
-            cpu_n = 0  # each above a bottom that no slice closes or crosses
+            # the ends of the open slices (Perfetto's stack; the crossing check's): the top apart, the rest below it,
+            # above a bottom that no slice closes or crosses
+            top, below, cpu_top, cpu_below = _INF, [], _INF, []
+            cpu_n = 0
             last = last_end = None
             last_s = last_e = -_INF
             for ts, neg_end, s, neg_e in self.records.sorted(n):  # ns (exact in a double), then µs
@@ -492,23 +494,25 @@ class Slices:
                 # two slices alike, the rule's one exception (two slices of no length at one time: the second is
                 # looked for deeper) cannot arise, so only the top of the stack is ever read.
                 end = -neg_end
-                while ends[-1] <= ts:
-                    ends.pop()
-                if ends[-1] < end:
+                while top <= ts:
+                    top = below.pop()
+                if top < end:
                     drops += 1
                 else:
-                    ends.append(end)
+                    below.append(top)
+                    top = end
                 if s == NOT_CPU:
                     continue
                 if s < last_s or (s == last_s and neg_e < last_e):
                     return False  # the floats' order is not the ns order
                 last_s, last_e = s, neg_e
                 e = -neg_e  # _crossing, inline
-                while cpu_ends[-1] <= s + 1e-3:
-                    cpu_ends.pop()
-                if e > cpu_ends[-1] + 1e-3:
+                while cpu_top <= s + 1e-3:
+                    cpu_top = cpu_below.pop()
+                if e > cpu_top + 1e-3:
                     cpu_n += 1
-                cpu_ends.append(e)
+                cpu_below.append(cpu_top)
+                cpu_top = e
             if cpu_n:
                 crossing[track] = cpu_n
         self.drops = drops

@@ -106,6 +106,13 @@ class SortedRecords:
         if len(self.buf) >= self.limit:
             self._spill()
 
+    def add_bytes(self, record: bytes) -> None:
+        """Add one record given as its bytes (width numbers of the array's type, in the machine's order)."""
+        self.buf.frombytes(record)
+        self.count += 1
+        if len(self.buf) >= self.limit:
+            self._spill()
+
     def extend(self, numbers: array, records: int) -> None:
         """Add `records` records given flat, width numbers each (an array of the same typecode)."""
         self.buf.extend(numbers)
@@ -247,9 +254,10 @@ class Runs:
     each group's records come as a few sorted runs (a trace's thread lists its operators in order, then its
     Python functions in order), since a run is written as it came and only merged.
 
-    Each group's new records are held as width columns (arrays: an append costs about a list's, and their bytes
-    are written as they are, where a list's numbers must each be read and packed). add() gives them: append one
-    number to each column a record, and call flush() once they pass the chunk (all groups together). flush() cuts
+    Each group's new records are held in one array, width numbers a record one after another: a record is added
+    in one call (frombytes of a struct's pack: an append parses each number on its own, which costs twice as
+    much), and the bytes are written as they are, where a list's numbers must each be read and packed. add()
+    gives that array; call flush() once the records pass the chunk (all groups together). flush() cuts
     each group's new records into sorted runs (where a record is smaller than the one before) and writes them to an
     unnamed temp file (spill_dir); a run that goes on from the group's last one is joined to it. It answers False,
     writing nothing more, once a group has more than max_runs runs: records in no order cost less to sort than to
@@ -260,18 +268,27 @@ class Runs:
         self.typecode, self.width = typecode, width
         self.chunk, self.max_runs = chunk or CHUNK, max_runs
         self.itemsize = array(typecode).itemsize
-        self.new: list[tuple[array, ...]] = []  # each group's records not yet written, as columns
+        self.new: list[array] = []  # each group's records not yet written, width numbers a record
         self.segments: list[list[list[tuple[int, int]]]] = []  # each group's runs: (byte offset, records) pieces
         self.tails: list[tuple | None] = []  # each group's last record written
         self.file = None
         self.end = 0
 
-    def add(self) -> tuple[array, ...]:
-        """A new group (numbered in the order made): the columns its records are appended to."""
-        self.new.append(tuple(array(self.typecode) for _ in range(self.width)))
+    def add(self) -> array:
+        """A new group (numbered in the order made): the array its records are added to, width numbers each."""
+        self.new.append(array(self.typecode))
         self.segments.append([])
         self.tails.append(None)
         return self.new[-1]
+
+    def pending(self) -> int:
+        """The records added and not yet written, all groups together."""
+        return sum(map(len, self.new)) // self.width
+
+    def _columns_of(self, records: array) -> list[array]:
+        """A group's new records as width columns (copies)."""
+        w = self.width
+        return [records[i::w] for i in range(w)]
 
     def runs(self, group: int) -> int:
         """The sorted runs of the group's written records."""
@@ -282,8 +299,8 @@ class Runs:
         try:
             if self.file is None:
                 self.file = _temp_file()
-            for g, columns in enumerate(self.new):
-                if columns[0] and not self._write(g, columns):
+            for g, records in enumerate(self.new):
+                if records and not self._write(g, records):
                     return False
             return True
         except BaseException:
@@ -295,15 +312,16 @@ class Runs:
         sorted in memory); False where a group then has too many runs."""
         return self.file is None or self.flush()
 
-    def _write(self, g: int, columns: tuple[array, ...]) -> bool:
+    def _write(self, g: int, records: array) -> bool:
+        columns, w = self._columns_of(records), self.width
         first = columns[0]
         k = len(first)
-        # one pass in C over the first numbers (where one is not below the next); where two tie, the rest decide
-        # (whole tuples: merged() bisects on them)
+        # one pass in C over the first numbers (where one is not below the next); where two tie, the whole records
+        # decide, compared as arrays (as tuples compare: merged() bisects on them)
         cuts = [
             i
             for i in compress(range(1, k), map(ge, first, islice(first, 1, None)))
-            if first[i - 1] > first[i] or tuple(c[i - 1] for c in columns) > tuple(c[i] for c in columns)
+            if first[i - 1] > first[i] or records[(i - 1) * w : i * w] > records[i * w : (i + 1) * w]
         ]
         runs, tail = self.segments[g], self.tails[g]
         if len(runs) + len(cuts) > self.max_runs:
@@ -319,8 +337,7 @@ class Runs:
             tail = tuple(c[b - 1] for c in columns)
             a = b
         self.tails[g] = tail
-        for c in columns:
-            del c[:]  # the same arrays: callers keep them
+        del records[:]  # the same array: callers keep it
         return len(runs) <= self.max_runs
 
     def _blocks(self, segments: list[tuple[int, int]]) -> Iterator[list]:
@@ -349,10 +366,10 @@ class Runs:
     def sorted(self, group: int) -> Iterator[tuple]:
         """The group's records as tuples, sorted (read once; after a flush() that answered True where any was
         written)."""
-        columns = self.new[group]
+        records = self.new[group]
         if self.file is None:  # nothing written: sorted in memory
-            return iter(sorted(zip(*columns)))
-        if columns[0] and not self._write(group, columns):
+            return iter(sorted(zip(*self._columns_of(records))))
+        if records and not self._write(group, records):
             raise ValueError(f"group {group}: more than {self.max_runs} sorted runs (see flush)")
         runs = self.segments[group]
         if len(runs) == 1:  # no merge: the tuples are made as they are read

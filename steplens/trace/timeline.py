@@ -4,6 +4,7 @@ import bisect
 import gc
 import math
 import statistics
+import struct
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -170,6 +171,7 @@ _2_52 = float(1 << 52)  # a double at or past it is a whole number; r + 2**52 - 
 NAME_CHARS_KEPT = 1 << 20  # characters of the names quick keeps as read (the bench trace's distinct ones: 33,000)
 _FAST_DUR_US = float(1 << 51) / 1000.0  # a duration the fast way reads (26 days): its ns are at most 2**51
 _NUMBERS = frozenset((int, float))
+_RECORD = struct.Struct("=4d").pack  # a Slices record's bytes (spill.Runs: its array's typecode "d", width 4)
 
 
 def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
@@ -237,13 +239,16 @@ class _OnePass:
         first, last, anchor, early, far = self.first, self.last, self.anchor, self.early, damage.FAR_US
         printable = self.names_read
         lim, off = _fast_limit(self.base)  # the fast way's bound on a start, and the records' base as a double
-        last_pid = last_tid = n = track = on_cpu = starts = neg_ends = cpu_starts = cpu_neg_ends = None
+        last_pid = last_tid = n = track = on_cpu = add_record = None
+        # the module's names as locals, read for every event: a local costs less to read
+        pack, two52, fast_dur, id_types, keep = _RECORD, _2_52, _FAST_DUR_US, _IDS, _keep
+        cpu_cats, sync_ops, not_cpu, memory_event = CPU_SLICE_CATS, SYNC_OPS, nesting.NOT_CPU, memory.MEMORY_EVENT
         for ev in events:
             if type(ev) is not dict:
                 return False
             ph = ev.get("ph")
             if ph != "X":
-                if ph == "i" and ev.get("name") == memory.MEMORY_EVENT:  # memory.take, inline
+                if ph == "i" and ev.get("name") == memory_event:  # memory.take, inline
                     add_memory(ev)
                 continue
             try:
@@ -251,9 +256,9 @@ class _OnePass:
             except KeyError:  # a complete event without a time or a name: for the exact read
                 return False
             pid, tid = ev.get("pid"), ev.get("tid")
-            if type(ts) is float and type(dur) is float and 0.0 <= ts < lim and 0.0 <= dur < _FAST_DUR_US:
+            if type(ts) is float and type(dur) is float and 0.0 <= ts < lim and 0.0 <= dur < fast_dur:
                 s, r, q = ts, ts * 1000.0, dur * 1000.0  # nesting._float_ns, inline, in doubles (_fast_limit)
-                tn, dn = (r if r >= _2_52 else r + _2_52 - _2_52), q + _2_52 - _2_52  # the nearest whole ns, or
+                tn, dn = (r if r >= two52 else r + two52 - two52), q + two52 - two52  # the nearest whole ns, or
                 if r - tn == 0.5 or q - dn == 0.5:  # the even one of two: llround takes the larger
                     tn, dn = _llround(r), _llround(q)
                 tn -= off
@@ -264,7 +269,7 @@ class _OnePass:
             args = ev.get("args")
             if type(args) is not dict and (args is not None or "args" in ev):  # "args": null is damage
                 return False  # (no args are read as none: _keep gets _NO_ARGS)
-            if not (type(name) is str and type(pid) in _IDS and type(tid) in _IDS):
+            if not (type(name) is str and type(pid) in id_types and type(tid) in id_types):
                 return False
             if name not in printable and not self.printable(name):
                 return False
@@ -277,21 +282,18 @@ class _OnePass:
             elif s - anchor > far or anchor - s > far:
                 return False
             e = s + dur
-            if tid != last_tid or pid != last_pid or starts is None:
+            if tid != last_tid or pid != last_pid or add_record is None:
                 n = ids.get(track := (pid, tid))
                 if n is None:
                     n = ids[track] = len(ids)
                     records.add()
-                (starts, neg_ends, cpu_starts, cpu_neg_ends), on_cpu = records.new[n], n in cpu
+                add_record, on_cpu = records.new[n].frombytes, n in cpu
                 last_pid, last_tid = pid, tid
             cat = ev.get("cat", "")
             if tap is not None and (cats is None or cat in cats):
                 tap(ev, s, dur)
-            starts.append(tn)
-            neg_ends.append(-(tn + dn))
-            if cat == "python_function" or cat in CPU_SLICE_CATS:  # (a tuple: a damaged cat may be unhashable)
-                cpu_starts.append(s)
-                cpu_neg_ends.append(-e)
+            if cat == "python_function" or cat in cpu_cats:  # (a tuple: a damaged cat may be unhashable)
+                add_record(pack(tn, -(tn + dn), s, -e))
                 if not on_cpu:
                     cpu[n], on_cpu = track, True
                 if s < first:
@@ -300,14 +302,13 @@ class _OnePass:
                     last = e
                 if cat != "python_function":
                     if cat == "cpu_op":
-                        if name in SYNC_OPS:
+                        if name in sync_ops:
                             t.sync_ops.append((name, s, e, tid))
                     else:
-                        _keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
+                        keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
             else:
-                cpu_starts.append(nesting.NOT_CPU)
-                cpu_neg_ends.append(0.0)
-                _keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
+                add_record(pack(tn, -(tn + dn), not_cpu, 0.0))
+                keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
         return self.written(len(events))
 
@@ -319,7 +320,7 @@ class _OnePass:
         self.pending += events
         if self.pending < records.chunk:
             return True
-        self.pending = sum(len(columns[0]) for columns in records.new)
+        self.pending = records.pending()
         if self.pending < records.chunk:
             return True
         self.pending = 0

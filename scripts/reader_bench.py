@@ -8,13 +8,14 @@ FOLDER receives the scaled traces (scripts/scale_trace.py: copies of a workers=0
 a second name of each (for diff) and a folder of two ranks of each (for ranks). First every bare parser at hand
 reads the smallest trace once, each in a fresh process, orjson on runs of four sizes: the fastest is the parse
 the others are measured against (one sample each: every command then gets one sample a round, the parse too).
-Then, round after round, each trace is read by that parse, `steplens summarize`, `steplens diff` of the trace and
-its second name, and `steplens ranks` of its two ranks, one after another (alternating, so that other work on a
-shared machine falls on all of them alike), each in a fresh process: its wall time, CPU time and peak memory
-(GNU time's maximum resident set). The table gives each one's median over the rounds, and the median of its
-per-round ratio to the bare parse of what it reads: one parse of the trace for summarize, two for diff and ranks
-(each reads two traces), and the ratio of the fastest round of each to the fastest bare parse: on a shared machine
-other work only ever adds time, so each one's fastest round is the one least disturbed.
+Then, round after round, each trace is read by `steplens summarize`, `steplens diff` of the trace and its second
+name, and `steplens ranks` of its two ranks, each right after a bare parse of the same trace (a machine's speed
+drifts over minutes: a command is compared with the parse just before it, not one read minutes earlier), each in a
+fresh process: its wall time, CPU time and peak memory (GNU time's maximum resident set). The table gives each
+one's median over the rounds, and the median of its per-round ratio to the bare parse of what it reads: one parse
+of the trace for summarize, two for diff and ranks (each reads two traces), and the ratio of the fastest round of
+each to the fastest bare parse: on a shared machine other work only ever adds time, so each one's fastest round is
+the one least disturbed.
 
 --instructions: the instructions each command executes instead (valgrind --tool=cachegrind --cache-sim=no, with
 PYTHONHASHSEED=0), on the unscaled source trace, once each: a count other work on a shared machine does not move,
@@ -192,16 +193,22 @@ def commands(sizes, parser):
 
 
 def rounds(sizes, fastest, n_rounds):
-    """Every command in turn, round after round: {(copies, task): [(wall, CPU, peak RSS), ...]}."""
-    rows = {}
+    """Every command in turn, each right after a bare parse of its trace, round after round:
+    {(copies, task): [(wall, CPU, peak RSS, the wall of the parse just before), ...]} (a parse's own: None)."""
+    rows, parse = {}, {}
     for r in range(1, n_rounds + 1):
         for copies, task, cmd in commands(sizes, fastest):
-            wall, cpu, rss = measure(cmd)
-            rows.setdefault((copies, task), []).append((wall, cpu, rss))
-            print(
-                f"round {r} x{copies:<3} {task:<10} wall {wall:7.2f} s  cpu {cpu:7.2f} s  peak {rss:6.1f} MB",
-                flush=True,
-            )
+            if task == "parse":
+                parse[copies] = cmd
+                continue
+            for name, run in (("parse", parse[copies]), (task, cmd)):
+                wall, cpu, rss = measure(run)
+                before = rows[(copies, "parse")][-1][0] if name != "parse" else None
+                rows.setdefault((copies, name), []).append((wall, cpu, rss, before))
+                print(
+                    f"round {r} x{copies:<3} {name:<10} wall {wall:7.2f} s  cpu {cpu:7.2f} s  peak {rss:6.1f} MB",
+                    flush=True,
+                )
     return rows
 
 
@@ -209,18 +216,19 @@ def table(rows, sizes):
     """The Markdown table of the rounds: medians, the peak, and both ratios to the bare parse."""
     print(
         "\n| trace | command | traces read | wall s (median) | CPU s | peak RSS MB (max) "
-        "| wall / parse of what it reads (median of rounds) | fastest round / fastest parse |"
+        "| wall / the parse just before, of what it reads (median of rounds) | fastest round / fastest parse |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for (copies, task), got in rows.items():
-        parse_walls = [w for w, _, _ in rows[(copies, "parse")]]
-        # diff and ranks read two traces: their bare parse is two parses of the trace
-        ratios = [w / (pw * READS[task]) for (w, _, _), pw in zip(got, parse_walls)]
+        parse_walls = [w for w, _, _, _ in rows[(copies, "parse")]]
+        # each against the parse just before it; diff and ranks read two traces: their bare parse is two parses
+        ratios = [w / ((before or w) * READS[task]) for w, _, _, before in got]
         mb = sizes[copies]["json_bytes"] / 1e6
         print(
-            f"| {mb:.0f} MB | {task} | {READS[task]} | {statistics.median(w for w, _, _ in got):.1f} | "
-            f"{statistics.median(c for _, c, _ in got):.1f} | {max(m for _, _, m in got):.0f} | "
-            f"{statistics.median(ratios):.2f} | {min(w for w, _, _ in got) / (min(parse_walls) * READS[task]):.2f} |"
+            f"| {mb:.0f} MB | {task} | {READS[task]} | {statistics.median(w for w, _, _, _ in got):.1f} | "
+            f"{statistics.median(c for _, c, _, _ in got):.1f} | {max(m for _, _, m, _ in got):.0f} | "
+            f"{statistics.median(ratios):.2f} | "
+            f"{min(w for w, _, _, _ in got) / (min(parse_walls) * READS[task]):.2f} |"
         )
 
 

@@ -14,8 +14,8 @@ drifts over minutes: a command is compared with the parse just before it, not on
 fresh process: its wall time, CPU time and peak memory (GNU time's maximum resident set). The table gives each
 one's median over the rounds, and the median of its per-round ratio to the bare parse of what it reads: one parse
 of the trace for summarize, two for diff and ranks (each reads two traces), and the ratio of the fastest round of
-each to the fastest bare parse: on a shared machine other work only ever adds time, so each one's fastest round is
-the one least disturbed.
+each to the fastest of the parses run just before it (as many samples on both sides): on a shared machine other
+work only ever adds time, so each one's fastest round is the one least disturbed.
 
 --instructions: the instructions each command executes instead (valgrind --tool=cachegrind --cache-sim=no, with
 PYTHONHASHSEED=0), on the unscaled source trace, once each: a count other work on a shared machine does not move,
@@ -216,19 +216,20 @@ def table(rows, sizes):
     """The Markdown table of the rounds: medians, the peak, and both ratios to the bare parse."""
     print(
         "\n| trace | command | traces read | wall s (median) | CPU s | peak RSS MB (max) "
-        "| wall / the parse just before, of what it reads (median of rounds) | fastest round / fastest parse |"
+        "| wall / the parse just before, of what it reads (median of rounds) | fastest round / fastest parse before |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for (copies, task), got in rows.items():
         parse_walls = [w for w, _, _, _ in rows[(copies, "parse")]]
         # each against the parse just before it; diff and ranks read two traces: their bare parse is two parses
         ratios = [w / ((before or w) * READS[task]) for w, _, _, before in got]
+        befores = [before for *_, before in got if before is not None] or parse_walls  # as many as its rounds
         mb = sizes[copies]["json_bytes"] / 1e6
         print(
             f"| {mb:.0f} MB | {task} | {READS[task]} | {statistics.median(w for w, _, _, _ in got):.1f} | "
             f"{statistics.median(c for _, c, _, _ in got):.1f} | {max(m for _, _, m, _ in got):.0f} | "
             f"{statistics.median(ratios):.2f} | "
-            f"{min(w for w, _, _, _ in got) / (min(parse_walls) * READS[task]):.2f} |"
+            f"{min(w for w, _, _, _ in got) / (min(befores) * READS[task]):.2f} |"
         )
 
 

@@ -5,8 +5,8 @@ import glob
 import io
 import json
 import os
+from array import array
 
-import pytest
 from conftest import load_offline_run
 from test_compare import rec
 from test_summarize import reprofile, run_json, scope, step, write
@@ -118,19 +118,32 @@ def test_memory_events_are_read_in_time_order_whatever_the_file_order():
 
 
 def test_a_memory_record_packed_in_one_call_is_the_record_the_tuple_path_keeps():
-    """add() packs the common event's record in one call where the time is at or past 0: its records are those
-    the tuple path keeps (time keys of -0.0, 0.0, the smallest double, negatives and huge times; 64-bit edges),
-    and a number past 64 bits is still refused as before."""
+    """add() packs each record in one call: its bytes are those of the record (the time's sort key, the place in
+    the file, bytes, allocated, reserved) as an array would hold them, for -0.0, 0.0, the smallest double,
+    negative and huge times and the 64-bit edges; the records come back sorted by time."""
     m = memory.Memory()
     cases = [(5.0, 5, 100), (0.0, 1, 1), (-0.0, 2, 2), (-3.5, -7, 0), (5e-324, 3, 3), (1e300, 4, 4)]
     cases += [(2.5, (1 << 63) - 1, 0), (3.0, 1, -(1 << 63)), (-2.0, (1 << 63) - 1, -(1 << 63))]
-    for ts, nbytes, allocated in cases:
+    for i, (ts, nbytes, allocated) in enumerate(cases):
+        want = array("q", (memory._time_key(ts), i, nbytes, allocated, 1 << 40)).tobytes()
+        assert memory._packed(ts, i, nbytes, allocated, 1 << 40) == want, ts
         m.add(mem(ts, nbytes, allocated, 1 << 40))
     want = sorted((memory._time_key(ts), i, b, a, 1 << 40) for i, (ts, b, a) in enumerate(cases))
     assert list(m.devices["cuda:0"].records.read(keep=True)) == want
-    assert [memory._time(k) for k, *_ in want][:3] == [-3.5, -2.0, 0.0]
-    with pytest.raises(OverflowError):
-        m.add(mem(6.0, 1 << 63, 0, 0))
+    assert [memory._time(k) for k, *_ in want][:3] == [-3.5, -2.0, 0.0] and m.unreadable == 0
+
+
+def test_a_memory_total_past_64_bits_is_counted_unreadable_not_a_crash():
+    """Totals that no 64-bit record holds (an int past 2**63, a float past it, an int past a double's range as the
+    time) are counted as unreadable events: the read goes on, and the events around them keep their figures."""
+    events = made_trace()
+    bad = [mem(50, 1 << 63, 999 * MB, 999 * MB), mem(51, MB, -(1 << 63) - 1, 999 * MB), mem(52, MB, 1e300, MB)]
+    bad.append(mem(53, MB, 999 * MB, 999 * MB))
+    bad[-1]["ts"] = 10**400
+    assert not memory._number(10**400) and memory._packed(1.0, 0, 1 << 63, 0, 0) is None
+    ev = summarize.summarize_events(events[:5] + bad + events[5:])
+    assert ev["memory"]["unreadable_events"] == 4
+    assert ev["memory"]["devices"] == summarize.summarize_events(events)["memory"]["devices"]
 
 
 def test_memory_events_written_twice_count_once():

@@ -41,12 +41,12 @@ class Memory:
 
     def __init__(self):
         self.devices: dict[str, Device] = {}
-        self.unreadable = 0  # [memory] events without a finite time or numeric totals
+        self.unreadable = 0  # [memory] events without a finite time, or totals not numbers within 64 bits
         self.seen = 0  # events kept, all devices: each one's place in the file
         self._by_id: dict[tuple[int, Any], Device] = {}  # (Device Type, Device Id): its device, once seen
 
     def add(self, ev: dict[str, Any]) -> None:
-        """Keep one [memory] event's time, bytes and totals under its device."""
+        """Keep one [memory] event's time, bytes and totals under its device (else count it unreadable)."""
         args, ts = ev.get("args"), ev.get("ts")
         if type(args) is dict and type(ts) is float and -_INF < ts < _INF:  # the common event: plain numbers
             nbytes, allocated, reserved = args.get("Bytes"), args.get("Total Allocated"), args.get("Total Reserved")
@@ -55,10 +55,10 @@ class Memory:
                 d = self._by_id.get((kind, index)) if type(index) in _INDEX_TYPES else None
                 if d is not None:
                     record = _packed(ts, self.seen, nbytes, allocated, reserved)
-                    if record is not None:
-                        d.records.add_bytes(record)
-                    else:  # a negative time, or a number past 64 bits (which add refuses, as it always has)
-                        d.records.add((_time_key(ts), self.seen, nbytes, allocated, reserved))
+                    if record is None:
+                        self.unreadable += 1
+                        return
+                    d.records.add_bytes(record)
                     d.count += 1
                     self.seen += 1
                     return
@@ -67,7 +67,10 @@ class Memory:
             return
         values = [args.get(k) for k in ("Bytes", "Total Allocated", "Total Reserved")]
         kind, index = args.get("Device Type"), args.get("Device Id")
-        if not all(_number(v) for v in values) or not isinstance(kind, int) or isinstance(kind, bool):
+        record = None
+        if all(_number(v) for v in values) and isinstance(kind, int) and not isinstance(kind, bool):
+            record = _packed(float(ts), self.seen, int(values[0]), int(values[1]), int(values[2]))
+        if record is None:
             self.unreadable += 1
             return
         name = DEVICE_TYPES.get(kind, f"type{kind}")
@@ -78,7 +81,7 @@ class Memory:
             d = self.devices[name] = Device()
         if type(index) in _INDEX_TYPES:
             self._by_id[(kind, index)] = d
-        d.records.add((_time_key(float(ts)), self.seen, int(values[0]), int(values[1]), int(values[2])))
+        d.records.add_bytes(record)
         d.count += 1
         self.seen += 1
 
@@ -101,6 +104,7 @@ _INDEX_TYPES = (int, type(None))  # a Device Id that names a device the same way
 _PACK, _UNPACK = struct.Struct("<d").pack, struct.Struct("<q").unpack
 _PACK_BITS, _UNPACK_TIME = struct.Struct("<q").pack, struct.Struct("<d").unpack
 _RECORD = struct.Struct("=d4q").pack  # a Device record's bytes (its array's typecode "q", width 5), time first
+_RECORD_KEYED = struct.Struct("=5q").pack  # the same, the time given as its _time_key
 
 
 def _time_key(ts: float) -> int:
@@ -110,12 +114,13 @@ def _time_key(ts: float) -> int:
 
 
 def _packed(ts: float, seen: int, nbytes: int, allocated: int, reserved: int) -> bytes | None:
-    """A Device record's bytes, packed in one call (add's common event), or None: where the time is at or past 0,
-    its double's bits are its _time_key, and every number must fit 64 bits."""
-    if ts < 0.0:
-        return None
+    """A Device record's bytes (the time's _time_key, the place in the file, bytes, allocated, reserved), packed in
+    one call, or None where a number does not fit 64 bits. At or past 0 a time's double's bits are its _time_key:
+    it is packed as the double."""
     try:
-        return _RECORD(ts + 0.0, seen, nbytes, allocated, reserved)
+        if ts >= 0.0:
+            return _RECORD(ts + 0.0, seen, nbytes, allocated, reserved)
+        return _RECORD_KEYED(_time_key(ts), seen, nbytes, allocated, reserved)
     except struct.error:
         return None
 
@@ -135,7 +140,12 @@ def tap(events: Iterable[Any], memory: Memory) -> Iterator[Any]:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past a double's range
+        return False
 
 
 def _events(d: Device, keep: bool, counts: dict[str, int]) -> Iterator[tuple[float, int, int, int]]:

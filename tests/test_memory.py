@@ -117,7 +117,7 @@ def test_memory_events_are_read_in_time_order_whatever_the_file_order():
     assert summarize.summarize_events(shuffled)["memory"] == summarize.summarize_events(events)["memory"]
 
 
-def test_a_memory_record_packed_in_one_call_is_the_record_the_tuple_path_keeps():
+def test_a_memory_record_is_packed_in_one_call_as_an_array_holds_it():
     """add() packs each record in one call: its bytes are those of the record (the time's sort key, the place in
     the file, bytes, allocated, reserved) as an array would hold them, for -0.0, 0.0, the smallest double,
     negative and huge times and the 64-bit edges; the records come back sorted by time."""
@@ -129,20 +129,22 @@ def test_a_memory_record_packed_in_one_call_is_the_record_the_tuple_path_keeps()
         assert memory._packed(ts, i, nbytes, allocated, 1 << 40) == want, ts
         m.add(mem(ts, nbytes, allocated, 1 << 40))
     want = sorted((memory._time_key(ts), i, b, a, 1 << 40) for i, (ts, b, a) in enumerate(cases))
-    assert list(m.devices["cuda:0"].records.read(keep=True)) == want
-    assert [memory._time(k) for k, *_ in want][:3] == [-3.5, -2.0, 0.0] and m.unreadable == 0
+    read = list(m.devices["cuda:0"].records.read(keep=True))
+    assert read == want and m.unreadable == 0
+    assert [memory._time(k) for k, *_ in read][:4] == [-3.5, -2.0, 0.0, 0.0]
 
 
 def test_a_memory_total_past_64_bits_is_counted_unreadable_not_a_crash():
-    """Totals that no 64-bit record holds (an int past 2**63, a float past it, an int past a double's range as the
-    time) are counted as unreadable events: the read goes on, and the events around them keep their figures."""
+    """Numbers that no 64-bit record holds (a byte count past 2**63, a total below -2**63 or a float past 2**63,
+    an int time past a double's range), read the common way (a float time, int totals) or the general one, are
+    counted as unreadable events: the read goes on, and the events around them keep their figures."""
     events = made_trace()
-    bad = [mem(50, 1 << 63, 999 * MB, 999 * MB), mem(51, MB, -(1 << 63) - 1, 999 * MB), mem(52, MB, 1e300, MB)]
-    bad.append(mem(53, MB, 999 * MB, 999 * MB))
+    bad = [mem(50.0, 1 << 63, 999 * MB, 999 * MB), mem(51.0, MB, -(1 << 63) - 1, 999 * MB), mem(52.0, MB, 1e300, MB)]
+    bad += [mem(53, 1 << 64, MB, MB), mem(54, MB, MB, MB)]
     bad[-1]["ts"] = 10**400
     assert not memory._number(10**400) and memory._packed(1.0, 0, 1 << 63, 0, 0) is None
-    ev = summarize.summarize_events(events[:5] + bad + events[5:])
-    assert ev["memory"]["unreadable_events"] == 4
+    ev = summarize.summarize_events(events + bad)  # after the device is known: the common way reads the first two
+    assert ev["memory"]["unreadable_events"] == 5
     assert ev["memory"]["devices"] == summarize.summarize_events(events)["memory"]["devices"]
 
 

@@ -195,7 +195,7 @@ def test_runs_give_every_record_back_sorted_from_few_runs_or_many(small_runs):
     rng = random.Random(3)
     runs = spill.Runs("d", 3)
     groups = [runs.add() for _ in range(3)]
-    added = [[], [], []]
+    added, since = [[], [], []], 0  # since: records added after the last flush
     for g, records in enumerate(groups):
         for piece in range(4 if g == 0 else 40):
             start = rng.uniform(0, 100)
@@ -203,8 +203,11 @@ def test_runs_give_every_record_back_sorted_from_few_runs_or_many(small_runs):
                 record = (start + k, -rng.uniform(0, 5), float(g))
                 records.extend(record)
                 added[g].append(record)
-                if runs.pending() >= runs.chunk:
-                    assert runs.flush()
+                since += 1
+                assert runs.pending() == since
+                if since >= runs.chunk:
+                    assert runs.flush() and runs.pending() == 0
+                    since = 0
     assert runs.file is not None and runs.runs(0) <= 4 < runs.runs(1)
     for g in range(3):
         assert list(runs.sorted(g)) == sorted(added[g]), g

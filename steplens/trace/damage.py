@@ -31,7 +31,10 @@ KINDS = {
     ),
     "duplicate": ("complete events written twice (same name, track, start, duration and ids)", "removed"),
     "duplicate_memory": ("[memory] events written twice (same device, time and totals)", "read once"),
-    "unreadable_memory": ("[memory] events without a finite time, or totals not numbers within 64 bits", "skipped"),
+    "unreadable_memory": (
+        "[memory] events without a finite time, or with a byte count or total that is no number within 64 bits",
+        "skipped",
+    ),
     "repeated_step": ("ProfilerStep#N numbers carried by more than one slice", "kept"),
     "overlapping_steps": ("ProfilerStep slices that overlap the next step", "kept"),
     "unreadable_step": (

@@ -41,7 +41,7 @@ class Memory:
 
     def __init__(self):
         self.devices: dict[str, Device] = {}
-        self.unreadable = 0  # [memory] events without a finite time, or totals not numbers within 64 bits
+        self.unreadable = 0  # [memory] events without a finite time, or a byte count or total no number within 64 bits
         self.seen = 0  # events kept, all devices: each one's place in the file
         self._by_id: dict[tuple[int, Any], Device] = {}  # (Device Type, Device Id): its device, once seen
 

@@ -255,11 +255,11 @@ class Runs:
     Python functions in order), since a run is written as it came and only merged.
 
     Each group's new records are held in one array, width numbers a record one after another: a record is added
-    in one call (frombytes of a struct's pack: an append parses each number on its own, which costs twice as
-    much), and the bytes are written as they are, where a list's numbers must each be read and packed. add()
-    gives that array; call flush() once the records pass the chunk (all groups together). flush() cuts
-    each group's new records into sorted runs (where a record is smaller than the one before) and writes them to an
-    unnamed temp file (spill_dir); a run that goes on from the group's last one is joined to it. It answers False,
+    in one call (frombytes of a struct's pack; four appends, each parsing its number, took twice as long as one
+    pack). add() gives that array; call flush() once the records pass the chunk (all groups together). flush()
+    copies each group's new records into columns (array slices, in C), cuts them into sorted runs (where a record
+    is smaller than the one before) and writes each run, column after column, to an unnamed temp file
+    (spill_dir); a run that goes on from the group's last one is joined to it. It answers False,
     writing nothing more, once a group has more than max_runs runs: records in no order cost less to sort than to
     merge. finish() writes the rest before reading. sorted(group) gives the group's records as sorted tuples, merged
     from the file BUFFER records per run at a time. Nothing is written while the records fit one chunk."""

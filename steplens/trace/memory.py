@@ -101,15 +101,14 @@ _SIGN = 1 << 63
 
 _INF = math.inf
 _INDEX_TYPES = (int, type(None))  # a Device Id that names a device the same way each time it is read
-_PACK, _UNPACK = struct.Struct("<d").pack, struct.Struct("<q").unpack
-_PACK_BITS, _UNPACK_TIME = struct.Struct("<q").pack, struct.Struct("<d").unpack
+_DOUBLE, _INT64 = struct.Struct("<d"), struct.Struct("<q")  # a time's 8 bytes, read either way (_time_key, _time)
 _RECORD = struct.Struct("=d4q").pack  # a Device record's bytes (its array's typecode "q", width 5), time first
 _RECORD_KEYED = struct.Struct("=5q").pack  # the same, the time given as its _time_key
 
 
 def _time_key(ts: float) -> int:
     """An integer that sorts as the time does (the double's bits, negatives flipped); -0.0 reads as 0.0."""
-    bits = _UNPACK(_PACK(ts + 0.0))[0]
+    bits = _INT64.unpack(_DOUBLE.pack(ts + 0.0))[0]
     return bits if bits >= 0 else -(bits + _SIGN) - 1
 
 
@@ -128,7 +127,7 @@ def _packed(ts: float, seen: int, nbytes: int, allocated: int, reserved: int) ->
 def _time(key: int) -> float:
     """The time _time_key was given."""
     bits = key if key >= 0 else (-key - 1) - _SIGN
-    return _UNPACK_TIME(_PACK_BITS(bits))[0]
+    return _DOUBLE.unpack(_INT64.pack(bits))[0]
 
 
 def tap(events: Iterable[Any], memory: Memory) -> Iterator[Any]:

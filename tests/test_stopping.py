@@ -16,7 +16,18 @@ import time
 
 import numpy as np
 import pytest
-from conftest import FEW, ROOT, TINY, load_offline_run, offline_runs, polyaxon_env, run_train, single_run
+from conftest import (
+    FEW,
+    ROOT,
+    TINY,
+    alive,
+    load_offline_run,
+    offline_runs,
+    polyaxon_env,
+    popen_train,
+    run_train,
+    single_run,
+)
 
 from steplens import errors
 from steplens.job import checks, data
@@ -39,14 +50,6 @@ def children(pid):
     return out
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def signal_at(args, offline_root, marker, signum, slow_export=None, second=False, timeout=300, slow_sample_ms=None):
     """Start train.py (each trace export slowed by slow_export seconds, each sample by slow_sample_ms, if given),
     wait for a stderr line containing marker, send signum (twice if second); return (returncode, stderr, worker
@@ -56,13 +59,8 @@ def signal_at(args, offline_root, marker, signum, slow_export=None, second=False
         if slow_export
         else [os.path.join(ROOT, "train.py")]
     )
-    proc = subprocess.Popen(
-        [sys.executable, *script, *args],
-        cwd=ROOT,
-        env=polyaxon_env(offline_root, **({data.SLOW_SAMPLE_ENV: str(slow_sample_ms)} if slow_sample_ms else {})),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = popen_train(
+        [*script, *args], offline_root, **({data.SLOW_SAMPLE_ENV: str(slow_sample_ms)} if slow_sample_ms else {})
     )
     lines, deadline = [], time.time() + timeout
     try:

@@ -1,0 +1,116 @@
+"""The tests' fork server (tests/trainfork.py): a forked run must read as `python SCRIPT ARGS` does, since most
+of the suite's train.py runs go through it."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import ROOT, alive, fork_server, polyaxon_env, popen_train
+
+SCRIPT = """
+import atexit, os, sys, threading, time
+atexit.register(lambda: print("atexit ran", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+print("argv", sys.argv[1:], "name", __name__, "file", os.path.basename(__file__))
+print("cwd", os.getcwd(), "path0", sys.path[0])
+print("env", os.environ.get("TRAINFORK_TEST"), "POLYAXON_OFFLINE_ROOT" in os.environ)
+print("to stderr\\r\\nand a carriage return\\rend", file=sys.stderr)
+what = sys.argv[1]
+if what == "raise":
+    raise ValueError("a failure")
+if what == "message":
+    sys.exit("a message")
+sys.exit(int(what))
+"""
+
+
+def both(tmp_path, *args, **env):
+    """The script's run through the fork server and as a fresh process, with the same environment."""
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    env = polyaxon_env(tmp_path / "offline", TRAINFORK_TEST="x", **env)
+    server = fork_server()
+    assert server is not None and server.serves(env)
+    forked = server.run([str(script), *args], env, ROOT, timeout=120)
+    fresh = subprocess.run(
+        [sys.executable, str(script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    return forked, fresh
+
+
+@pytest.mark.skipif(os.environ.get("STEPLENS_TEST_FRESH") == "1", reason="the fork server is off")
+@pytest.mark.parametrize("how", ["0", "3", "raise", "message"])
+def test_a_forked_run_reads_as_a_fresh_process(tmp_path, how):
+    """Same exit code, stdout and stderr: argv, __main__, the folder, sys.path[0], the environment, a non-daemon
+    thread joined and the atexit handlers run before the exit, an uncaught exception's traceback, text mode."""
+    forked, fresh = both(tmp_path, how)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.args == fresh.args
+    assert "thread done\natexit ran\n" in forked.stdout
+    assert forked.returncode == {"0": 0, "3": 3, "raise": 1, "message": 1}[how]
+    if how == "raise":
+        assert "ValueError: a failure" in forked.stderr and "Traceback" in forked.stderr
+
+
+def test_a_run_whose_import_time_environment_differs_is_not_served(tmp_path):
+    """torch reads OMP_NUM_THREADS when it loads: a run asking for another value gets a fresh process."""
+    server = fork_server()
+    if server is None:
+        pytest.skip("the fork server is off")
+    assert server.serves(polyaxon_env(tmp_path))
+    assert not server.serves(polyaxon_env(tmp_path, OMP_NUM_THREADS="2"))
+    assert not server.serves(polyaxon_env(tmp_path, PYTHONHASHSEED="1"))
+
+
+def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
+    server = fork_server()
+    if server is None:
+        pytest.skip("the fork server is off")
+    script = tmp_path / "sleeper.py"
+    pidfile = tmp_path / "child.pid"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import subprocess, sys, time
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+            open({str(pidfile)!r}, "w").write(str(child.pid))
+            print("started", flush=True)
+            time.sleep(120)
+            """
+        )
+    )
+    env = polyaxon_env(tmp_path / "offline")
+    with pytest.raises(subprocess.TimeoutExpired) as e:
+        server.run([str(script)], env, ROOT, timeout=3)
+    assert "started" in e.value.stdout
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(child), "the run's own child outlived its timeout"
+
+
+def test_a_signal_reaches_the_run_and_its_status_comes_back(tmp_path):
+    """As Popen: the pid is the run's, a signal it handles gives its exit code, one it does not gives -signum."""
+    script = tmp_path / "waits.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
+        "print('waiting', file=sys.stderr, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    for signum, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)):
+        proc = popen_train([str(script)], tmp_path / "offline")
+        try:
+            assert proc.stderr.readline() == "waiting\n"
+            assert proc.poll() is None
+            proc.send_signal(signum)
+            assert proc.wait(timeout=60) == code
+            assert proc.returncode == code and proc.poll() == code
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -56,7 +56,11 @@ def fork_server():
 def run_train(args, offline_root, timeout=600, **env):
     """train.py ARGS to its end, as `python train.py ARGS` with captured text output: forked from a process that
     has already imported torch and torchvision (6-7 s of CPU a run), unless its environment differs there."""
-    argv = [os.path.join(ROOT, "train.py"), *args]
+    return run_script([os.path.join(ROOT, "train.py"), *args], offline_root, timeout, **env)
+
+
+def run_script(argv, offline_root, timeout=600, **env):
+    """As run_train, for any script: argv[0] is its path."""
     env = polyaxon_env(offline_root, **env)
     server = fork_server()
     if server is not None and server.serves(env):

@@ -9,7 +9,18 @@ import sys
 
 import pytest
 import torch
-from conftest import FEW, LEAN, ROOT, SLOW_MS, TINY, load_offline_run, polyaxon_env, run_torchrun, run_train, single_run
+from conftest import (
+    FEW,
+    LEAN,
+    ROOT,
+    SLOW_MS,
+    TINY,
+    load_offline_run,
+    run_script,
+    run_torchrun,
+    run_train,
+    single_run,
+)
 
 from steplens.evidence import summarize
 from steplens.job import data, distributed, rank_outputs
@@ -215,7 +226,8 @@ def test_a_failed_run_still_closes_its_process_group(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = (
-        "import sys, urllib.error, torch.distributed as dist, torchvision.datasets, train\n"
+        f"import sys; sys.path.insert(0, {ROOT!r})\n"
+        "import urllib.error, torch.distributed as dist, torchvision.datasets, train\n"
         "def fail(self):\n    raise urllib.error.URLError('fake: no network')\n"
         "torchvision.datasets.CIFAR10.download = fail\n"
         f"code = train.main(['--ddp', '--mode', 'bench', '--device', 'cpu', '--data', 'cifar10', "
@@ -230,14 +242,9 @@ def test_a_failed_run_still_closes_its_process_group(tmp_path):
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=polyaxon_env(tmp_path / "offline", **env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    script = tmp_path / "fails.py"
+    script.write_text(code)
+    proc = run_script([str(script)], tmp_path / "offline", timeout=300, **env)
     assert proc.stdout.split()[-4:] == ["1", "still", "joined", "False"], proc.stdout + proc.stderr
     assert "--data synthetic" in proc.stderr
 

@@ -1,6 +1,7 @@
 """The tests' fork server (tests/trainfork.py): a forked run must read as `python SCRIPT ARGS` does, since most
 of the suite's train.py runs go through it."""
 
+import gzip
 import os
 import signal
 import subprocess
@@ -12,8 +13,12 @@ import pytest
 from conftest import ROOT, alive, fork_server, polyaxon_env, popen_train
 
 SCRIPT = """
-import atexit, os, sys, threading, time
+import atexit, gzip, os, subprocess, sys, threading, time
 atexit.register(lambda: print("atexit ran", flush=True))
+left_open = gzip.open(sys.argv[2], "wt")  # never closed: Python's exit frees it, and the file is whole
+left_open.write("whole" * 1000)
+# a process left behind, holding stdout: subprocess.run reads to its end, so the late line is there
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5); print('late line', flush=True)"])
 threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
 print("argv", sys.argv[1:], "name", __name__, "file", os.path.basename(__file__))
 print("cwd", os.getcwd(), "path0", sys.path[0])
@@ -35,10 +40,18 @@ def both(tmp_path, *args, **env):
     env = polyaxon_env(tmp_path / "offline", TRAINFORK_TEST="x", **env)
     server = fork_server()
     assert server is not None and server.serves(env)
-    forked = server.run([str(script), *args], env, ROOT, timeout=120)
+    forked = server.run([str(script), *args, str(tmp_path / "forked.gz")], env, ROOT, timeout=120)
     fresh = subprocess.run(
-        [sys.executable, str(script), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(script), *args, str(tmp_path / "fresh.gz")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
+    for name in ("forked.gz", "fresh.gz"):
+        with gzip.open(tmp_path / name, "rt") as f:
+            assert f.read() == "whole" * 1000, f"{name}: a file the script left open was not freed at its exit"
     return forked, fresh
 
 
@@ -48,12 +61,26 @@ def test_a_forked_run_reads_as_a_fresh_process(tmp_path, how):
     """Same exit code, stdout and stderr: argv, __main__, the folder, sys.path[0], the environment, a non-daemon
     thread joined and the atexit handlers run before the exit, an uncaught exception's traceback, text mode."""
     forked, fresh = both(tmp_path, how)
+    forked.stdout = forked.stdout.replace("forked.gz", "fresh.gz")
+    forked.args[-1] = fresh.args[-1]
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     assert forked.args == fresh.args
-    assert "thread done\natexit ran\n" in forked.stdout
+    assert "thread done\n" in forked.stdout and "atexit ran\n" in forked.stdout and "late line\n" in forked.stdout
     assert forked.returncode == {"0": 0, "3": 3, "raise": 1, "message": 1}[how]
     if how == "raise":
         assert "ValueError: a failure" in forked.stderr and "Traceback" in forked.stderr
+
+
+@pytest.mark.skipif(os.environ.get("STEPLENS_TEST_FRESH") == "1", reason="the fork server is off")
+def test_a_script_that_does_not_compile_reads_as_in_a_fresh_process(tmp_path):
+    """The SyntaxError names the script's line, with none of the server's frames."""
+    script = tmp_path / "broken.py"
+    script.write_text("x = 1\ny = (x +\n")
+    env = polyaxon_env(tmp_path / "offline")
+    forked = fork_server().run([str(script)], env, ROOT, timeout=120)
+    fresh = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.returncode == 1 and "SyntaxError" in forked.stderr and "trainfork" not in forked.stderr
 
 
 def test_a_run_whose_import_time_environment_differs_is_not_served(tmp_path):
@@ -86,7 +113,7 @@ def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
     env = polyaxon_env(tmp_path / "offline")
     with pytest.raises(subprocess.TimeoutExpired) as e:
         server.run([str(script)], env, ROOT, timeout=3)
-    assert "started" in e.value.stdout
+    assert b"started" in e.value.stdout
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while alive(child) and time.monotonic() < deadline:
@@ -114,3 +141,18 @@ def test_a_signal_reaches_the_run_and_its_status_comes_back(tmp_path):
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_a_client_that_goes_away_takes_its_run_with_it(tmp_path):
+    """A test process stopped mid-run (Ctrl-C, a killed worker) leaves no run behind."""
+    if fork_server() is None:
+        pytest.skip("the fork server is off")
+    script = tmp_path / "waits.py"
+    script.write_text("import sys, time\nprint('waiting', file=sys.stderr, flush=True)\ntime.sleep(120)\n")
+    proc = popen_train([str(script)], tmp_path / "offline")
+    assert proc.stderr.readline() == "waiting\n"
+    proc.close()
+    deadline = time.monotonic() + 10
+    while alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(proc.pid), "the run outlived its client"

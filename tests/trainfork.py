@@ -1,20 +1,25 @@
 """A fork server for the tests' train.py runs: torch and torchvision are imported once, each run is a fork.
 
 A TINY bench run costs about 15 s of CPU on the 2-CPU CI machine, 6-7 s of it importing torch and torchvision.
-This server imports them once per test process, then forks a child per run that becomes `python train.py ARGS`:
-its own argv, environment, working folder, stdout and stderr (the client's files, passed over a Unix socket), a
-fresh __main__ run by runpy, and Python's own exit (atexit handlers, so Polyaxon's tracking ends the run as it does
-in a fresh process). Only what reads no environment at import time is imported ahead: polyaxon reads its settings
-(POLYAXON_OFFLINE_ROOT, a different folder per test) when imported, so each run imports it itself.
+This server imports them once per test process, then forks a child per run that becomes `python SCRIPT ARGS`:
+its own argv, environment, working folder, stdout and stderr (the client's pipes, passed over a Unix socket), the
+script run as a fresh __main__ module, and Python's exit in Python's order: the non-daemon threads joined, the
+atexit handlers (Polyaxon's tracking ends its run there), the script's globals freed and collected, the streams
+flushed. What it skips: the teardown of every other module (1.5 s with torch loaded) and the C library's exit
+handlers. Polyaxon is not imported ahead: it reads its settings (POLYAXON_OFFLINE_ROOT, a different folder per
+test) when it loads.
 
     server:  python tests/trainfork.py SOCKET PARENT_PID     (prints "ready" once it listens)
-    client:  trainfork.Client(...).run(argv, env, cwd, timeout) -> subprocess.CompletedProcess
+    client:  Client(env).run(argv, env, cwd, timeout) -> subprocess.CompletedProcess; .popen(...) -> Forked
 
-Each connection is one run. The server forks a waiter for it, the waiter forks the run and sends back the run's
-pid, then its wait status; the server reaps its waiters and leaves when its parent (the test process) is gone.
+Each connection is one run. The server forks a waiter for it; the waiter forks the run, puts it in its own process
+group, sends back its pid, then its wait status. A client that goes away (EOF) takes the run's group with it; a
+SIGINT or SIGTERM to the waiter (Ctrl-C on the suite) is passed on to the run's group. The server leaves, and
+removes its socket's folder, once its parent (the test process) is gone.
 """
 
 import json
+import locale
 import os
 import select
 import shutil
@@ -23,19 +28,20 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
-# Read at import time by torch (its thread pools), the C library or Python itself: a run whose environment gives
-# any of these another value than the server's runs as a fresh process instead.
-IMPORT_TIME_ENV = (
-    *("OMP_", "MKL_", "KMP_", "GOMP_", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "LD_", "PYTHON", "MALLOC"),
-    *("LANG", "LC_", "TZ", "HOME", "TMPDIR"),
-)
+# What may differ from one run to the next: read when the run asks for it, never when torch or Python load. Any
+# other variable with another value than the server's (OMP_NUM_THREADS, PYTHONHASHSEED, LANG, TMPDIR, ...) makes
+# the run a fresh process.
+PER_RUN_ENV = ("POLYAXON_", "STEPLENS_", "PYTEST_", "MASTER_", "TRAINFORK_TEST")
+PER_RUN_KEYS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "COLUMNS"}
+PER_RUN_KEYS |= {k for name in ("http_proxy", "https_proxy", "no_proxy") for k in (name, name.upper())}
 
 
-def import_time_env(env):
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
+def fixed_env(env):
+    return {k: v for k, v in env.items() if not (k.startswith(PER_RUN_ENV) or k in PER_RUN_KEYS)}
 
 
 # --------------------------------------------------------------------------- server
@@ -51,20 +57,23 @@ def serve(path, parent):
     listener.settimeout(1.0)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
     print("ready", flush=True)
-    while os.getppid() == parent:
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            continue
-        if os.fork() == 0:
-            try:  # never back into this loop: one server only
-                listener.close()
-                wait_for_run(conn)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(1)
-        conn.close()
+    try:
+        while os.getppid() == parent:
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            if os.fork() == 0:
+                try:  # never back into this loop: one server only
+                    listener.close()
+                    wait_for_run(conn)
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(1)
+            conn.close()
+    finally:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 def receive(conn):
@@ -78,26 +87,40 @@ def receive(conn):
 
 
 def wait_for_run(conn):
-    """In the waiter: fork the run, send its pid, then its wait status."""
+    """In the waiter: fork the run, send its pid, watch the run and the client, send the run's wait status."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     conn.settimeout(None)
     request, fds = receive(conn)
     pid = os.fork()
     if pid == 0:
-        conn.close()
-        become(request, fds)  # never returns
+        try:
+            conn.close()
+            os.setpgid(0, 0)
+            become(request, fds)  # leaves through os._exit
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os.setpgid(pid, pid)  # here too: the group exists before the client can signal it
     for fd in fds:
         os.close(fd)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C on the suite reaches the waiter: pass it on
+        signal.signal(signum, lambda s, _: kill_group(pid, s))
     conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    _, status = os.waitpid(pid, 0)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if select.select([conn], [], [], 0.2)[0] and not conn.recv(1):  # the client is gone
+            kill_group(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return
     conn.sendall(json.dumps({"status": status}).encode() + b"\n")
-    os._exit(0)
 
 
 def become(request, fds):
-    """In the run's process: take the client's argv, environment, folder and files, run the script as __main__,
-    then exit as a fresh interpreter would."""
-    os.setpgid(0, 0)  # its own group: a client past its timeout kills the run and its loader workers together
+    """In the run's process: take the client's argv, environment, folder and pipes, run the script as __main__,
+    then exit as Python does (see the module's docstring for what is skipped)."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(fds[0], 1)
@@ -110,21 +133,36 @@ def become(request, fds):
     script = os.path.abspath(request["argv"][0])
     sys.argv = list(request["argv"])
     sys.path[0] = os.path.dirname(script)
-    import runpy
+    import builtins
+    import importlib.machinery
+    import types
 
+    main = types.ModuleType("__main__")
+    main.__file__, main.__cached__ = script, None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main  # and left there, for the threads and atexit handlers after the script
     try:
-        runpy.run_path(script, run_name="__main__")
-        code = 0
+        with open(script, "rb") as f:
+            code = compile(f.read(), script, "exec")
+        exec(code, main.__dict__)
+        status = 0
     except SystemExit as e:
-        code = exit_code(e.code)
+        status = exit_code(e.code)
     except BaseException as e:
-        tb = e.__traceback__  # from the script's own frame on, as a fresh interpreter prints it
-        while tb is not None and tb.tb_frame.f_code.co_filename != script:
-            tb = tb.tb_next
-        e = e.with_traceback(tb or e.__traceback__)
-        sys.excepthook(type(e), e, e.__traceback__)
-        code = -signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
-    leave(code)
+        report(e, script)
+        status = -signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
+    leave(status, main)
+
+
+def report(e, script):
+    """The uncaught exception as a fresh interpreter prints it: from the script's own frame on (none for a
+    SyntaxError, which names its line itself)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != script:
+        tb = tb.tb_next
+    e = e.with_traceback(tb)
+    sys.excepthook(type(e), e, tb)
 
 
 def exit_code(code):
@@ -137,58 +175,77 @@ def exit_code(code):
     return 1
 
 
-def leave(code):
-    """Python's exit in its own order (the non-daemon threads joined, then the atexit handlers, then the streams
-    flushed), without its last step, the teardown of every module: with torch loaded that takes 1.5 s, and a fresh
-    train.py refused before importing torch never pays it."""
+def leave(status, main):
+    """Python's exit in its order: the non-daemon threads joined, the atexit handlers, the script's globals freed
+    and collected, the streams flushed. An exception on the way is reported as Python reports one at exit."""
     import atexit
-    import threading
+    import gc
 
-    threading._shutdown()
+    try:
+        threading._shutdown()
+    except BaseException as e:
+        sys.unraisablehook(unraisable(e, "Exception ignored in: threading._shutdown"))
     atexit._run_exitfuncs()
+    try:
+        main.__dict__.clear()
+        gc.collect()
+    except BaseException as e:
+        sys.unraisablehook(unraisable(e, "Exception ignored while freeing __main__"))
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    if code == -signal.SIGINT:  # as Python ends on a KeyboardInterrupt: killed by the signal itself
+    if status == -signal.SIGINT:  # as Python ends on a KeyboardInterrupt: killed by the signal itself
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code)
+    os._exit(status)
+
+
+def unraisable(e, message):
+    import types
+
+    return types.SimpleNamespace(
+        exc_type=type(e), exc_value=e, exc_traceback=e.__traceback__, err_msg=message, object=None
+    )
 
 
 # --------------------------------------------------------------------------- client
 
 
 class Client:
-    """Starts the server on first use (with env: the environment every run it serves must share at import time)."""
+    """Starts the server on first use, and again if it died (with env: the environment every run it serves must
+    share, bar PER_RUN_ENV)."""
 
     def __init__(self, env):
         self.env = dict(env)
-        self.folder = tempfile.mkdtemp(prefix="trainfork-")
-        self.path = os.path.join(self.folder, "socket")
         self.server = None
 
     def start(self):
-        with open(os.path.join(self.folder, "server.log"), "wb") as log:
+        self.folder = tempfile.mkdtemp(prefix="trainfork-")
+        self.path = os.path.join(self.folder, "socket")
+        self.log = os.path.join(os.path.dirname(self.folder), os.path.basename(self.folder) + ".log")
+        with open(self.log, "wb") as log:
             self.server = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), self.path, str(os.getpid())],
                 env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=log,
             )
-        line = self.server.stdout.readline()
-        if line.strip() != b"ready":
-            raise RuntimeError(f"the fork server did not start: see {self.folder}/server.log")
+        ready = select.select([self.server.stdout], [], [], 300)[0] and self.server.stdout.readline()
+        if not ready or ready.strip() != b"ready":
+            self.server.kill()
+            self.server = None
+            raise RuntimeError(f"the fork server did not start: see {self.log}")
 
     def serves(self, env):
-        return import_time_env(env) == import_time_env(self.env)
+        return fixed_env(env) == fixed_env(self.env)
 
     def popen(self, argv, env, cwd, stdout, stderr):
         """A run with its output to these writable file descriptors (closed here once sent)."""
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            if self.server is None:
+            if self.server is None or self.server.poll() is not None:
                 self.start()
             conn.connect(self.path)
             request = {"argv": [str(a) for a in argv], "env": dict(env), "cwd": str(cwd)}
@@ -202,23 +259,56 @@ class Client:
             os.close(stderr)
 
     def run(self, argv, env, cwd, timeout):
-        """As subprocess.run(capture_output=True, text=True, timeout=timeout)."""
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = self.popen(argv, env, cwd, os.dup(out.fileno()), os.dup(err.fileno()))
+        """As subprocess.run(capture_output=True, text=True, timeout=timeout): the output read to its end, so a
+        process the run leaves behind holding its stdout or stderr holds this call too, as it holds that one."""
+        out, err = os.pipe(), os.pipe()
+        try:
+            proc = self.popen(argv, env, cwd, out[1], err[1])
+        except BaseException:
+            for fd in (out[0], err[0]):
+                os.close(fd)
+            raise
+        deadline = time.monotonic() + timeout
+        with os.fdopen(out[0], "rb") as stdout, os.fdopen(err[0], "rb") as stderr:
+            chunks = {stdout: [], stderr: []}
             try:
-                proc.wait(timeout)
+                drain(chunks, deadline)
+                proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
-                raise subprocess.TimeoutExpired(proc.args, timeout, read(out), read(err)) from None
+                raise subprocess.TimeoutExpired(
+                    proc.args, timeout, b"".join(chunks[stdout]), b"".join(chunks[stderr])
+                ) from None
             finally:
                 proc.close()
-            return subprocess.CompletedProcess(proc.args, proc.returncode, read(out), read(err))
+        return subprocess.CompletedProcess(
+            proc.args, proc.returncode, text(b"".join(chunks[stdout])), text(b"".join(chunks[stderr]))
+        )
 
     def stop(self):
         if self.server is not None and self.server.poll() is None:
             self.server.terminate()
             self.server.wait(timeout=30)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.server is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if os.path.exists(self.log) and os.path.getsize(self.log) == 0:
+                os.remove(self.log)
+
+
+def drain(chunks, deadline):
+    """Read every pipe of chunks to its end, or raise TimeoutExpired at the deadline."""
+    open_ = list(chunks)
+    while open_:
+        left = deadline - time.monotonic()
+        ready = select.select(open_, [], [], max(0.0, left))[0] if left > 0 else []
+        if not ready:
+            raise subprocess.TimeoutExpired("", 0)
+        for pipe in ready:
+            data = os.read(pipe.fileno(), 1 << 16)
+            if data:
+                chunks[pipe].append(data)
+            else:
+                open_.remove(pipe)
 
 
 class Forked:
@@ -228,10 +318,13 @@ class Forked:
     def __init__(self, conn, args):
         self.args, self.conn, self.buffer, self.returncode = args, conn, b"", None
         self.stdout = self.stderr = None
-        self.pid = json.loads(self.line(None))["pid"]
+        line = self.line(300)
+        if line is None:
+            raise RuntimeError("the fork server sent no pid within 300 s")
+        self.pid = json.loads(line)["pid"]
 
     def line(self, timeout):
-        """The server's next line; None where none came within timeout seconds."""
+        """The waiter's next line; None where none came within timeout seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self.buffer:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -259,29 +352,33 @@ class Forked:
         return self.returncode
 
     def send_signal(self, signum):
-        if self.returncode is None:
-            os.kill(self.pid, signum)
+        """As Popen's: nothing once the run has ended. Between its end and the waiter's word the pid is free: a
+        signal then finds no process (ignored), or, on a machine that reuses pids at once, another one."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
 
     def kill(self):
         """The run and its loader workers (its process group)."""
         if self.returncode is None:
-            kill_group(self.pid)
+            kill_group(self.pid, signal.SIGKILL)
 
     def close(self):
         self.conn.close()
 
 
-def kill_group(pid):
+def kill_group(pid, signum):
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, signum)
     except ProcessLookupError:
         pass
 
 
-def read(f):
-    """As subprocess.run(text=True) reads: decoded, with universal newlines."""
-    f.seek(0)
-    return f.read().decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+def text(data):
+    """As subprocess.run(text=True) decodes: the locale's encoding, universal newlines."""
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
 if __name__ == "__main__":

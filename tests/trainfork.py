@@ -67,13 +67,18 @@ def serve(path, parent):
                 try:  # never back into this loop: one server only
                     listener.close()
                     wait_for_run(conn)
+                except ConnectionError:  # the client went away: its run is gone too
+                    pass
                 except BaseException:
                     traceback.print_exc()
                 finally:
                     os._exit(1)
             conn.close()
     finally:
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        folder = os.path.dirname(path)
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.path.exists(folder + ".log") and os.path.getsize(folder + ".log") == 0:  # Client.start's log
+            os.remove(folder + ".log")
 
 
 def receive(conn):
@@ -91,9 +96,12 @@ def wait_for_run(conn):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     conn.settimeout(None)
     request, fds = receive(conn)
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # until the waiter's handlers are in place
     pid = os.fork()
     if pid == 0:
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
             conn.close()
             os.setpgid(0, 0)
             become(request, fds)  # leaves through os._exit
@@ -101,21 +109,35 @@ def wait_for_run(conn):
             traceback.print_exc()
         finally:
             os._exit(1)
-    os.setpgid(pid, pid)  # here too: the group exists before the client can signal it
-    for fd in fds:
-        os.close(fd)
-    for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C on the suite reaches the waiter: pass it on
-        signal.signal(signum, lambda s, _: kill_group(pid, s))
-    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    try:
+        os.setpgid(pid, pid)  # here too: the group exists before the client can signal it
+        for signum in stops:  # Ctrl-C on the suite reaches the waiter: pass it on
+            signal.signal(signum, lambda s, _: kill_group(pid, s))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        status = watch(conn, pid)
+    except BaseException:  # the client went away (or the waiter failed): the run goes too
+        kill_group(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    conn.sendall(json.dumps({"status": status}).encode() + b"\n")
+
+
+def watch(conn, pid):
+    """The run's wait status once it ends; ConnectionError once the client has gone (its socket's end)."""
+    try:
+        run = [os.pidfd_open(pid)]  # readable when the run ends (Linux 5.3)
+    except (AttributeError, OSError):
+        run = []
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            break
-        if select.select([conn], [], [], 0.2)[0] and not conn.recv(1):  # the client is gone
-            kill_group(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return
-    conn.sendall(json.dumps({"status": status}).encode() + b"\n")
+            return status
+        ready = select.select([conn, *run], [], [], None if run else 0.2)[0]
+        if conn in ready and not conn.recv(1):
+            raise ConnectionError("the client is gone")
 
 
 def become(request, fds):
@@ -176,21 +198,26 @@ def exit_code(code):
 
 
 def leave(status, main):
-    """Python's exit in its order: the non-daemon threads joined, the atexit handlers, the script's globals freed
-    and collected, the streams flushed. An exception on the way is reported as Python reports one at exit."""
+    """Python's exit in its order: the non-daemon threads joined, the atexit handlers, the script's globals set
+    to None (as Python does to a module at exit; not while a thread of the script still runs), a collection, the
+    streams flushed. An exception on the way is printed as Python prints one at exit, and the exit goes on."""
     import atexit
     import gc
 
     try:
         threading._shutdown()
     except BaseException as e:
-        sys.unraisablehook(unraisable(e, "Exception ignored in: threading._shutdown"))
+        ignored(f"Exception ignored in: {threading!r}", e)
     atexit._run_exitfuncs()
     try:
-        main.__dict__.clear()
+        if threading.active_count() == 1:
+            names = sorted(main.__dict__, key=lambda k: not k.startswith("_"))  # underscored names first
+            for name in names:
+                if name != "__builtins__":
+                    main.__dict__[name] = None
         gc.collect()
     except BaseException as e:
-        sys.unraisablehook(unraisable(e, "Exception ignored while freeing __main__"))
+        ignored("Exception ignored while freeing __main__", e)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -202,12 +229,18 @@ def leave(status, main):
     os._exit(status)
 
 
-def unraisable(e, message):
-    import types
-
-    return types.SimpleNamespace(
-        exc_type=type(e), exc_value=e, exc_traceback=e.__traceback__, err_msg=message, object=None
-    )
+def ignored(message, e):
+    """As Python prints an exception it ignores at exit: the message, then the traceback from the frame that
+    raised on (not leave()'s own)."""
+    try:
+        print(message, file=sys.stderr)
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        lines = traceback.format_exception(type(e), e, tb)
+        if not str(e):  # Python's hook writes "Name: " where the traceback module writes "Name"
+            lines[-1] = lines[-1].rstrip("\n") + ": \n"
+        sys.stderr.write("".join(lines))
+    except BaseException:
+        pass
 
 
 # --------------------------------------------------------------------------- client
@@ -222,9 +255,10 @@ class Client:
         self.server = None
 
     def start(self):
+        self.stop()  # what a server that died left behind
         self.folder = tempfile.mkdtemp(prefix="trainfork-")
         self.path = os.path.join(self.folder, "socket")
-        self.log = os.path.join(os.path.dirname(self.folder), os.path.basename(self.folder) + ".log")
+        self.log = self.folder + ".log"
         with open(self.log, "wb") as log:
             self.server = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), self.path, str(os.getpid())],
@@ -234,8 +268,7 @@ class Client:
             )
         ready = select.select([self.server.stdout], [], [], 300)[0] and self.server.stdout.readline()
         if not ready or ready.strip() != b"ready":
-            self.server.kill()
-            self.server = None
+            self.stop(keep_log=True)
             raise RuntimeError(f"the fork server did not start: see {self.log}")
 
     def serves(self, env):
@@ -285,14 +318,17 @@ class Client:
             proc.args, proc.returncode, text(b"".join(chunks[stdout])), text(b"".join(chunks[stderr]))
         )
 
-    def stop(self):
-        if self.server is not None and self.server.poll() is None:
+    def stop(self, keep_log=False):
+        if self.server is None:
+            return
+        if self.server.poll() is None:
             self.server.terminate()
             self.server.wait(timeout=30)
-        if self.server is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            if os.path.exists(self.log) and os.path.getsize(self.log) == 0:
-                os.remove(self.log)
+        self.server.stdout.close()
+        self.server = None
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if not keep_log and os.path.exists(self.log) and os.path.getsize(self.log) == 0:
+            os.remove(self.log)
 
 
 def drain(chunks, deadline):
@@ -362,7 +398,7 @@ class Forked:
 
     def kill(self):
         """The run and its loader workers (its process group)."""
-        if self.returncode is None:
+        if self.poll() is None:
             kill_group(self.pid, signal.SIGKILL)
 
     def close(self):
@@ -372,7 +408,7 @@ class Forked:
 def kill_group(pid, signum):
     try:
         os.killpg(pid, signum)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
 
 

@@ -135,7 +135,7 @@ def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
     )
     env = polyaxon_env(tmp_path / "offline")
     with pytest.raises(subprocess.TimeoutExpired) as e:
-        server.run([str(script)], env, ROOT, timeout=3)
+        server.run([str(script)], env, ROOT, timeout=15)  # time enough to start on a busy machine
     assert b"started" in e.value.stdout
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 10

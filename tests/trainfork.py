@@ -1,13 +1,14 @@
 """A fork server for the tests' train.py runs: torch and torchvision are imported once, each run is a fork.
 
-A TINY bench run costs about 15 s of CPU on the 2-CPU CI machine, 6-7 s of it importing torch and torchvision.
-This server imports them once per test process, then forks a child per run that becomes `python SCRIPT ARGS`:
-its own argv, environment, working folder, stdout and stderr (the client's pipes, passed over a Unix socket), the
-script run as a fresh __main__ module, and Python's exit in Python's order: the non-daemon threads joined, the
-atexit handlers (Polyaxon's tracking ends its run there), the script's globals freed and collected, the streams
-flushed. What it skips: the teardown of every other module (1.5 s with torch loaded) and the C library's exit
-handlers. Polyaxon is not imported ahead: it reads its settings (POLYAXON_OFFLINE_ROOT, a different folder per
-test) when it loads.
+A TINY bench run cost about 15 s of CPU on the 2-CPU development VM (2026-12-07), 6-7 s of it importing torch
+and torchvision. This server imports them once per test process, then forks a child per run that becomes
+`python SCRIPT ARGS`: its own argv, environment, working folder, stdout and stderr (the client's pipes, passed
+over a Unix socket), the script run as a fresh __main__ module, and Python's exit in Python's order: the
+non-daemon threads joined, the atexit handlers (Polyaxon's tracking ends its run there), the script's globals
+freed (when no other thread is left) and collected, the streams flushed. What it skips: the teardown of every
+other module (with torch loaded, 1.5 s more for a run refused at its flags) and the C library's exit handlers.
+Polyaxon is not imported ahead: it reads its settings (POLYAXON_OFFLINE_ROOT, a different folder per test) when
+it loads.
 
     server:  python tests/trainfork.py SOCKET PARENT_PID     (prints "ready" once it listens)
     client:  Client(env).run(argv, env, cwd, timeout) -> subprocess.CompletedProcess; .popen(...) -> Forked
@@ -248,7 +249,7 @@ def ignored(message, e):
 
 class Client:
     """Starts the server on first use, and again if it died (with env: the environment every run it serves must
-    share, bar PER_RUN_ENV)."""
+    share, bar PER_RUN_ENV and PER_RUN_KEYS)."""
 
     def __init__(self, env):
         self.env = dict(env)
@@ -388,8 +389,8 @@ class Forked:
         return self.returncode
 
     def send_signal(self, signum):
-        """As Popen's: nothing once the run has ended. Between its end and the waiter's word the pid is free: a
-        signal then finds no process (ignored), or, on a machine that reuses pids at once, another one."""
+        """As Popen's: nothing once the run has ended. Between the waiter's reaping and its word the pid is free:
+        a signal then finds no process (ignored), or, on a machine that reuses pids at once, another one."""
         if self.poll() is None:
             try:
                 os.kill(self.pid, signum)

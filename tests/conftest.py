@@ -73,18 +73,10 @@ def popen_train(argv, offline_root, **env):
     script that runs it: forked as run_train's runs are, with pid, send_signal, poll, wait and kill."""
     env = polyaxon_env(offline_root, **env)
     server = fork_server()
-    if server is None or not server.serves(env):
-        pipe = subprocess.PIPE
-        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
-    out, err = os.pipe(), os.pipe()
-    try:
-        proc = server.popen(argv, env, ROOT, out[1], err[1])
-    except BaseException:
-        os.close(out[0])
-        os.close(err[0])
-        raise
-    proc.stdout, proc.stderr = open(out[0]), open(err[0])
-    return proc
+    if server is not None and server.serves(env):
+        return server.popen(argv, env, ROOT, text=True)
+    pipe = subprocess.PIPE
+    return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=pipe, stderr=pipe, text=True)
 
 
 def run_torchrun(args, offline_root, nproc=2, timeout=600, **env):

@@ -12,6 +12,8 @@ import time
 import pytest
 from conftest import ROOT, alive, fork_server, polyaxon_env, popen_train
 
+pytestmark = pytest.mark.skipif(os.environ.get("STEPLENS_TEST_FRESH") == "1", reason="the fork server is off")
+
 SCRIPT = """
 import atexit, gzip, os, subprocess, sys, threading, time
 atexit.register(lambda: print("atexit ran", flush=True))
@@ -33,29 +35,27 @@ sys.exit(int(what))
 """
 
 
-def both(tmp_path, *args, **env):
-    """The script's run through the fork server and as a fresh process, with the same environment."""
+def forked_and_fresh(argv, env):
+    """argv (a script and its arguments; "{way}" in one reads "forked" or "fresh") run through the fork server and
+    as a fresh process, in ROOT."""
+    forked = fork_server().run([a.format(way="forked") for a in argv], env, ROOT, timeout=120)
+    fresh = [sys.executable, *(a.format(way="fresh") for a in argv)]
+    return forked, subprocess.run(fresh, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def both(tmp_path, *args):
+    """SCRIPT through the fork server and as a fresh process, with the same environment."""
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
-    env = polyaxon_env(tmp_path / "offline", TRAINFORK_TEST="x", **env)
-    server = fork_server()
-    assert server is not None and server.serves(env)
-    forked = server.run([str(script), *args, str(tmp_path / "forked.gz")], env, ROOT, timeout=120)
-    fresh = subprocess.run(
-        [sys.executable, str(script), *args, str(tmp_path / "fresh.gz")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = polyaxon_env(tmp_path / "offline", TRAINFORK_TEST="x")
+    assert fork_server().serves(env)
+    forked, fresh = forked_and_fresh([str(script), *args, str(tmp_path / "{way}.gz")], env)
     for name in ("forked.gz", "fresh.gz"):
         with gzip.open(tmp_path / name, "rt") as f:
             assert f.read() == "whole" * 1000, f"{name}: a file the script left open was not freed at its exit"
     return forked, fresh
 
 
-@pytest.mark.skipif(os.environ.get("STEPLENS_TEST_FRESH") == "1", reason="the fork server is off")
 @pytest.mark.parametrize("how", ["0", "3", "raise", "message"])
 def test_a_forked_run_reads_as_a_fresh_process(tmp_path, how):
     """Same exit code, stdout and stderr: argv, __main__, the folder, sys.path[0], the environment, a non-daemon
@@ -74,19 +74,16 @@ def test_a_forked_run_reads_as_a_fresh_process(tmp_path, how):
         assert "ValueError: a failure" in forked.stderr and "Traceback" in forked.stderr
 
 
-@pytest.mark.skipif(os.environ.get("STEPLENS_TEST_FRESH") == "1", reason="the fork server is off")
 def test_a_script_that_does_not_compile_reads_as_in_a_fresh_process(tmp_path):
     """The SyntaxError names the script's line, with none of the server's frames."""
     script = tmp_path / "broken.py"
     script.write_text("x = 1\ny = (x +\n")
     env = polyaxon_env(tmp_path / "offline")
-    forked = fork_server().run([str(script)], env, ROOT, timeout=120)
-    fresh = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True)
+    forked, fresh = forked_and_fresh([str(script)], env)
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     assert forked.returncode == 1 and "SyntaxError" in forked.stderr and "trainfork" not in forked.stderr
 
 
-@pytest.mark.skipif(os.environ.get("STEPLENS_TEST_FRESH") == "1", reason="the fork server is off")
 def test_an_exception_at_exit_is_printed_and_the_exit_goes_on(tmp_path):
     """As in Python's own exit: the atexit handlers still run, the exit code stays the script's."""
     script = tmp_path / "exits.py"
@@ -98,8 +95,7 @@ def test_an_exception_at_exit_is_printed_and_the_exit_goes_on(tmp_path):
         "threading._shutdown = boom\n"
     )
     env = polyaxon_env(tmp_path / "offline")
-    forked = fork_server().run([str(script)], env, ROOT, timeout=120)
-    fresh = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True)
+    forked, fresh = forked_and_fresh([str(script)], env)
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     assert forked.returncode == 0 and forked.stdout == "atexit ran\n" and "KeyboardInterrupt" in forked.stderr
 
@@ -107,8 +103,6 @@ def test_an_exception_at_exit_is_printed_and_the_exit_goes_on(tmp_path):
 def test_a_run_whose_import_time_environment_differs_is_not_served(tmp_path):
     """torch reads OMP_NUM_THREADS when it loads: a run asking for another value gets a fresh process."""
     server = fork_server()
-    if server is None:
-        pytest.skip("the fork server is off")
     assert server.serves(polyaxon_env(tmp_path))
     assert not server.serves(polyaxon_env(tmp_path, OMP_NUM_THREADS="2"))
     assert not server.serves(polyaxon_env(tmp_path, PYTHONHASHSEED="1"))
@@ -118,8 +112,6 @@ def test_a_run_whose_import_time_environment_differs_is_not_served(tmp_path):
 
 def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
     server = fork_server()
-    if server is None:
-        pytest.skip("the fork server is off")
     script = tmp_path / "sleeper.py"
     pidfile = tmp_path / "child.pid"
     script.write_text(
@@ -168,8 +160,6 @@ def test_a_signal_reaches_the_run_and_its_status_comes_back(tmp_path):
 
 def test_a_client_that_goes_away_takes_its_run_with_it(tmp_path):
     """A test process stopped mid-run (Ctrl-C, a killed worker) leaves no run behind."""
-    if fork_server() is None:
-        pytest.skip("the fork server is off")
     script = tmp_path / "waits.py"
     script.write_text("import sys, time\nprint('waiting', file=sys.stderr, flush=True)\ntime.sleep(120)\n")
     proc = popen_train([str(script)], tmp_path / "offline")
@@ -184,8 +174,6 @@ def test_a_client_that_goes_away_takes_its_run_with_it(tmp_path):
 def test_ctrl_c_on_the_suite_reaches_the_run(tmp_path):
     """A SIGINT to the waiter (it shares the test process's group, as a fresh run did) is passed to the run: its
     KeyboardInterrupt ends it as Python ends on one, by the signal."""
-    if fork_server() is None:
-        pytest.skip("the fork server is off")
     script = tmp_path / "waits.py"
     script.write_text("import sys, time\nprint('waiting', file=sys.stderr, flush=True)\ntime.sleep(120)\n")
     proc = popen_train([str(script)], tmp_path / "offline")

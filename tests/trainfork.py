@@ -275,49 +275,47 @@ class Client:
     def serves(self, env):
         return fixed_env(env) == fixed_env(self.env)
 
-    def popen(self, argv, env, cwd, stdout, stderr):
-        """A run with its output to these writable file descriptors (closed here once sent)."""
+    def popen(self, argv, env, cwd, text=False):
+        """A run started, as subprocess.Popen(stdout=PIPE, stderr=PIPE, text=text) starts one."""
+        pipes = os.pipe(), os.pipe()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             if self.server is None or self.server.poll() is not None:
                 self.start()
             conn.connect(self.path)
             request = {"argv": [str(a) for a in argv], "env": dict(env), "cwd": str(cwd)}
-            socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [stdout, stderr])
-            return Forked(conn, [sys.executable, *argv])
+            socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [w for _, w in pipes])
+            proc = Forked(conn, [sys.executable, *argv])
         except BaseException:
             conn.close()
+            for r, _ in pipes:
+                os.close(r)
             raise
         finally:
-            os.close(stdout)
-            os.close(stderr)
+            for _, w in pipes:  # the run holds its own copies
+                os.close(w)
+        proc.stdout, proc.stderr = (open(r, "r" if text else "rb") for r, _ in pipes)
+        return proc
 
     def run(self, argv, env, cwd, timeout):
         """As subprocess.run(capture_output=True, text=True, timeout=timeout): the output read to its end, so a
         process the run leaves behind holding its stdout or stderr holds this call too, as it holds that one."""
-        out, err = os.pipe(), os.pipe()
-        try:
-            proc = self.popen(argv, env, cwd, out[1], err[1])
-        except BaseException:
-            for fd in (out[0], err[0]):
-                os.close(fd)
-            raise
+        proc = self.popen(argv, env, cwd)
         deadline = time.monotonic() + timeout
-        with os.fdopen(out[0], "rb") as stdout, os.fdopen(err[0], "rb") as stderr:
-            chunks = {stdout: [], stderr: []}
+        with proc.stdout, proc.stderr:
+            chunks = {proc.stdout: [], proc.stderr: []}
             try:
                 drain(chunks, deadline)
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 raise subprocess.TimeoutExpired(
-                    proc.args, timeout, b"".join(chunks[stdout]), b"".join(chunks[stderr])
+                    proc.args, timeout, b"".join(chunks[proc.stdout]), b"".join(chunks[proc.stderr])
                 ) from None
             finally:
                 proc.close()
-        return subprocess.CompletedProcess(
-            proc.args, proc.returncode, text(b"".join(chunks[stdout])), text(b"".join(chunks[stderr]))
-        )
+        out, err = (decoded(b"".join(chunks[pipe])) for pipe in (proc.stdout, proc.stderr))
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def stop(self, keep_log=False):
         if self.server is None:
@@ -354,7 +352,6 @@ class Forked:
 
     def __init__(self, conn, args):
         self.args, self.conn, self.buffer, self.returncode = args, conn, b"", None
-        self.stdout = self.stderr = None
         line = self.line(300)
         if line is None:
             raise RuntimeError("the fork server sent no pid within 300 s")
@@ -413,7 +410,7 @@ def kill_group(pid, signum):
         pass
 
 
-def text(data):
+def decoded(data):
     """As subprocess.run(text=True) decodes: the locale's encoding, universal newlines."""
     return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 

@@ -43,7 +43,8 @@ SOURCE = os.path.join(
     "results/h200-reprofile/eager/runs/cd71033606ba42f6b997804deb9ae741/outputs/traces/trace-cycle2-steps7-9.pt.trace.json.gz",
 )
 # orjson on runs of whole events of each size (characters): 256 kB took 1.2-2.3 times as long as 16-64 kB here
-PARSERS = ("orjson:16384", "orjson:32768", "orjson:65536", "orjson:262144", "json", "ijson", "simdjson", "raw_decode")
+PARSERS = ("orjson:16384", "orjson:32768", "orjson:65536", "orjson:262144", "msgspec:16384", "json", "ijson",
+           "simdjson", "raw_decode")  # fmt: skip
 READS = {"parse": 1, "summarize": 1, "diff": 2, "ranks": 2}  # the traces each command reads
 RUN = 1 << 15  # characters of whole events parsed at once by the chunked parsers (orjson:N: N)
 _NEXT = re.compile(r"[ \t\n\r]*\{")
@@ -92,11 +93,15 @@ def parse(name, path):
     name, _, run = name.partition(":")
     if run:
         RUN = int(run)
-    if name in ("orjson", "json", "simdjson"):
+    if name in ("orjson", "msgspec", "json", "simdjson"):
         if name == "orjson":
             import orjson
 
             loads = orjson.loads
+        elif name == "msgspec":  # its generic decode: dicts, lists, numbers and strings, as orjson's
+            import msgspec
+
+            loads = msgspec.json.Decoder().decode
         elif name == "simdjson":
             import simdjson
 

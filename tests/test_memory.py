@@ -127,7 +127,8 @@ def test_a_memory_record_is_packed_in_one_call_as_an_array_holds_it():
     for i, (ts, nbytes, allocated) in enumerate(cases):
         want = array("q", (memory._time_key(ts), i, nbytes, allocated, 1 << 40)).tobytes()
         assert memory._packed(ts, i, nbytes, allocated, 1 << 40) == want, ts
-        m.add(mem(ts, nbytes, allocated, 1 << 40))
+        ev = mem(ts, nbytes, allocated, 1 << 40)
+        m.add(ev["args"], ev["ts"])
     want = sorted((memory._time_key(ts), i, b, a, 1 << 40) for i, (ts, b, a) in enumerate(cases))
     read = list(m.devices["cuda:0"].records.read(keep=True))
     assert read == want and m.unreadable == 0

@@ -48,6 +48,10 @@ def random_trace(seed):
         for a, b in nested(rng, 0.0, 400.0):
             tid = 2 if rng.random() < 0.1 else 1
             ev = {"ph": "X", "cat": cat, "name": f"{cat}{rng.randrange(5)}", "pid": 1, "tid": tid}
+            if cat == "cpu_op" and rng.random() < 0.1:
+                ev["name"] = "aten::item"  # an operator that waits for the GPU (timeline.SYNC_OPS)
+            elif rng.random() < 0.02:
+                del ev["cat"]  # read as ""
             ev.update(ts=times(rng, base + a, kind), dur=times(rng, b - a, kind))
             if cat == "cuda_runtime":
                 corr += 1
@@ -88,13 +92,21 @@ def random_trace(seed):
 
 class Lists(reader.Events):
     """Events given as the reader gives them: in lists of a few events (the one-pass read writes its records a
-    list at a time)."""
+    list at a time); with structs, each list as the reader's Events where they read as such (its JSON text
+    decoded as the reader decodes a run), else as dicts."""
 
-    def __init__(self, events, size):
-        self.events, self.size = events, size
+    def __init__(self, events, size, structs=False):
+        self.events, self.size, self.structs = events, size, structs
 
-    def lists(self):
-        return (self.events[i : i + self.size] for i in range(0, len(self.events), self.size))
+    def lists(self, structs=False):
+        for i in range(0, len(self.events), self.size):
+            part = self.events[i : i + self.size]
+            if structs and self.structs:
+                try:
+                    part = reader._EVENTS(json.dumps(part))
+                except ValueError:  # NaN, a list for an event: as dicts, as the reader gives them
+                    pass
+            yield part
 
 
 def timeline_of(t):
@@ -132,48 +144,73 @@ def small_runs(monkeypatch):
     monkeypatch.setattr(damage, "ANCHOR_EVENTS", 11)
 
 
-def exact(events):
-    """The timeline as the exact read gives it (extract; twice where events were written twice)."""
+def exact(events, tap=None):
+    """The timeline as the exact read gives it (extract; twice where events were written twice); tap: given what
+    the last pass keeps."""
     keys = spill.SortedRecords("q", 1)
-    t = timeline.extract(list(events), keys=keys)
+    t = timeline.extract(list(events), keys=keys, tap=tap)
     twice = timeline.repeated(keys)
-    return timeline.extract(list(events), skip=damage.Skip(twice)) if twice else t
+    if not twice:
+        return t
+    if tap is not None:
+        tap.seen.clear()
+    return timeline.extract(list(events), skip=damage.Skip(twice), tap=tap)
+
+
+class Seen:
+    """A tap: what it is given of each complete event (its dict, start and duration), in order."""
+
+    def __init__(self, cats=None):
+        self.seen, self.cats = [], cats
+
+    def __call__(self, ev, start, dur):
+        self.seen.append((ev, start, dur))
 
 
 def test_the_one_pass_read_is_the_exact_read_on_random_traces(small_runs):
-    """On 120 random traces, read as lists of 1 to 40 events: wherever quick answers, its timeline is the exact
-    read's, field by field; where it does not (events written twice, times that do not sort alike in ns and
-    µs), read() gives the exact read's. It answers on most (70 of 120 at least: whole-µs times make many slices
-    alike)."""
+    """On 120 random traces, read as lists of 1 to 40 events, as dicts and as the reader's Events: wherever quick
+    answers, its timeline is the exact read's, field by field, and so is what it gives a tap; where it does not
+    (events written twice, times that do not sort alike in ns and µs), read() gives the exact read's. It answers on
+    most (70 of 120 at least, as Events: whole-µs times make many slices alike)."""
     answered = 0
     for seed in range(120):
         events = random_trace(seed)
-        want = timeline_of(exact(events))
-        got = timeline.quick(Lists(events, 1 + seed % 40))
-        if got is not None:
-            answered += 1
-            assert timeline_of(got) == want, seed
-        assert timeline_of(timeline.read(lambda: Lists(events, 7))) == want, seed
+        cats = (None, ("cpu_op", "kernel"))[seed % 2]
+        tapped = Seen(cats)
+        want = timeline_of(exact(events, tapped))
+        for structs in (False, True):
+            tap = Seen(cats)
+            got = timeline.quick(Lists(events, 1 + seed % 40, structs), tap)
+            answered += got is not None and structs
+            if got is not None:
+                assert timeline_of(got) == want, (seed, structs)
+                assert tap.seen == tapped.seen, (seed, structs)
+        assert timeline_of(timeline.read(lambda: Lists(events, 7, True))) == want, seed
     assert answered >= 70, answered
 
 
-def test_quick_gives_up_where_it_cannot_be_sure_and_read_counts_the_damage():
+def test_quick_gives_up_where_it_cannot_be_sure_and_read_counts_the_damage(monkeypatch):
     """No answer from quick on an event written twice, two events alike on a track, a NaN, a time far from the
-    trace's, a non-object, "args": null; read() then counts what extract counts."""
-    ok = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 5.0, "args": {}}
-          for i in range(5)]  # fmt: skip
+    trace's, a non-object, "args": null, whether its events come as dicts or as the reader's Events; read() then
+    counts what extract counts."""
+    monkeypatch.setattr(damage, "ANCHOR_EVENTS", 3)  # the trace's time known early: later events read the fast way
+    ok = [{"ph": "X", "cat": "cpu_op", "name": f"op{i % 2}", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 5.0,
+           "args": {}} for i in range(5)]  # fmt: skip
     assert timeline.quick(ok) is not None
+    assert timeline.quick(Lists(ok, 3, True)) is not None
     alike = dict(ok[2], name="other")
     cases = {
         "written twice": ok + [dict(ok[1])],
         "alike": ok + [alike],
         "nan": ok + [dict(ok[1], ts=float("nan"))],
         "far": ok + [dict(ok[1], ts=1e13)],
+        "far, within the fast way's times": ok + [dict(ok[1], ts=2 * damage.FAR_US)],
         "non-object": ok + [[1, 2]],
         "args null": ok + [dict(ok[1], args=None, ts=60.0)],
     }
     for name, events in cases.items():
         assert timeline.quick(events) is None, name
+        assert timeline.quick(Lists(events, 3, True)) is None, name
         assert timeline_of(timeline.read(lambda: events)) == timeline_of(exact(events)), name
     assert timeline.read(lambda: cases["written twice"]).damage.counts == {"duplicate": 1}
     assert timeline.read(lambda: cases["alike"]).damage.counts == {}  # two events, both kept
@@ -358,8 +395,8 @@ def test_records_in_no_order_give_up_at_the_first_chunk(small_runs):
     seen = []
 
     class Counted(Lists):
-        def lists(self):
-            for part in super().lists():
+        def lists(self, structs=False):
+            for part in super().lists(structs):
                 seen.append(len(part))
                 yield part
 
@@ -511,3 +548,28 @@ def test_a_cat_of_any_json_type_is_damage_the_exact_read_counts_not_a_crash():
     assert timeline.quick(Lists(events, 7)) is None
     t = timeline.read(lambda: Lists(events, 7))
     assert timeline_of(t) == timeline_of(exact(events)) and t.damage.report()
+
+
+def test_a_stored_trace_comes_as_events_and_most_go_the_fast_way(monkeypatch):
+    """The reader gives a stored H200 trace's runs as its Events (msgspec's structs, not dicts), and the one-pass
+    read keeps them the fast way (_each_event): it hands the dict path (_each) only the events read before the
+    trace's time is known (the first ANCHOR_EVENTS complete events) and those read one by one at the document's
+    head and tail. The same timeline from dicts alone."""
+    path = os.path.join(ROOT, "results", "h200-reprofile", "eager", "runs", "5ad75ecce38942bb8a82409565c94b80",
+                        "outputs", "traces", "trace-cycle1-steps2-4.pt.trace.json.gz")  # fmt: skip
+    kinds = [type(part[0]) for part in reader.iter_events(path).lists(structs=True)]
+    assert kinds.count(reader.Event) >= len(kinds) - 2, kinds  # the document's head and tail: read one by one
+    handed, each = [], timeline._OnePass._each
+
+    def counted(self, events):
+        handed.append(len(events))
+        return each(self, events)
+
+    monkeypatch.setattr(timeline._OnePass, "_each", counted)
+    fast = timeline.quick(reader.iter_events(path))
+    events = sum(1 for _ in reader.iter_events(path))
+    assert fast is not None and damage.ANCHOR_EVENTS <= sum(handed) <= damage.ANCHOR_EVENTS + 2 < events / 10, handed
+    monkeypatch.setattr(reader, "STRUCTS", False)
+    handed.clear()
+    assert timeline_of(timeline.quick(reader.iter_events(path))) == timeline_of(fast)
+    assert sum(handed) == events

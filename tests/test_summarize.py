@@ -987,6 +987,43 @@ def test_the_reader_reads_the_same_events_with_orjson_without_it_and_with_json_l
     assert json.dumps(list(reader.iter_events(trace, chunk=1 << 16))) == whole
 
 
+def as_text(events):
+    """Events (dicts, or the reader's Events) as JSON texts, keys sorted: alike where they hold the same values."""
+    return [json.dumps(reader.as_dict(ev) if type(ev) is reader.Event else ev, sort_keys=True) for ev in events]
+
+
+def test_the_reader_gives_runs_as_events_where_they_hold_only_the_profiler_s_keys(monkeypatch, tmp_path):
+    """lists(structs=True): a run of events that hold only the keys the profiler writes (reader.FIELDS) comes as
+    reader.Event objects, each the event its dict is (reader.as_dict); a run with any other key comes as dicts;
+    after STRUCT_MISSES such runs, a trace's runs are no longer tried as Events. The events are json.load's."""
+    assert reader.STRUCTS, "msgspec is installed where the tests run (pyproject.toml's dependencies)"
+    trace = os.path.join(RESULTS, "h100-delays", "input.pt.trace.json.gz")
+    lists = list(reader.iter_events(trace, chunk=1 << 16).lists(structs=True))
+    assert sum(type(part[0]) is reader.Event for part in lists) >= len(lists) - 2  # the head's, the tail's: dicts
+    assert as_text(ev for part in lists for ev in part) == as_text(reader.load_events(trace))
+    tried = []
+
+    def events(text):
+        tried.append(len(text))
+        return decode(text)
+
+    decode = reader._EVENTS
+    monkeypatch.setattr(reader, "_EVENTS", events)
+    monkeypatch.setattr(reader, "RUN", 1 << 10)
+    plain = [x(f"f{i}", "python_function", 10.0 + i, 0.5, k=i) for i in range(400)]
+    for odd_ones in ({99}, set(range(3, 400, 7))):  # one event with a key beyond FIELDS, then one in every 7
+        odd = [dict(ev, extra=1) if i in odd_ones else ev for i, ev in enumerate(plain)]
+        path = write(tmp_path, odd)
+        tried.clear()
+        lists = list(reader.iter_events(path).lists(structs=True))
+        kinds = [type(part[0]) for part in lists]
+        assert as_text(ev for part in lists for ev in part) == as_text(odd)
+        if len(odd_ones) == 1:  # the run with the odd event as dicts, and the last event (read alone); the rest Events
+            assert kinds.count(dict) == 2 and len(tried) == len(lists) - 1, kinds
+        else:  # every run refused: STRUCT_MISSES tried, then none
+            assert len(tried) == reader.STRUCT_MISSES and set(kinds) == {dict}, (len(tried), kinds)
+
+
 def test_the_reader_parses_runs_of_at_most_run_characters_whatever_its_chunk(monkeypatch, tmp_path):
     """Each parse is given at most reader.RUN characters of events (a quarter chunk where that is less), and many
     events at once: a parse of a few tens of kB at once is the fastest (a quarter MiB took over a quarter longer).
@@ -1032,13 +1069,17 @@ def test_the_reader_parses_runs_of_at_most_run_characters_whatever_its_chunk(mon
 )
 def test_a_value_orjson_reads_otherwise_or_refuses_is_read_as_json_reads_it(tmp_path, value):
     """Values where orjson and json part (an integer past 64 bits orjson reads as a float; NaN and a lone surrogate
-    it refuses), in the middle of a run of events: every event reads as json.load reads it."""
+    it refuses), in the middle of a run of events: every event reads as json.load reads it, as dicts and as the
+    reader's Events (msgspec reads wide integers whole, and refuses NaN and lone surrogates: then dicts)."""
     events = [x(f"f{i}", "python_function", 10.0 + i, 0.5) for i in range(3000)]
     events[1500]["args"] = {"odd": value}
     path = write(tmp_path, events)
     got = list(reader.iter_events(path, chunk=1 << 14))
     assert repr(got) == repr(reader.load_events(path))
     assert type(got[1500]["args"]["odd"]) is type(value)
+    parts = list(reader.iter_events(path, chunk=1 << 14).lists(structs=True))  # as the one-pass read gets them
+    got = [reader.as_dict(ev) if type(ev) is reader.Event else ev for part in parts for ev in part]
+    assert as_text(got) == as_text(reader.load_events(path)) and type(got[1500]["args"]["odd"]) is type(value)
 
 
 def whole_text_wide(raw):

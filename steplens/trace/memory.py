@@ -45,9 +45,9 @@ class Memory:
         self.seen = 0  # events kept, all devices: each one's place in the file
         self._by_id: dict[tuple[int, Any], Device] = {}  # (Device Type, Device Id): its device, once seen
 
-    def add(self, ev: dict[str, Any]) -> None:
-        """Keep one [memory] event's time, bytes and totals under its device (else count it unreadable)."""
-        args, ts = ev.get("args"), ev.get("ts")
+    def add(self, args: Any, ts: Any) -> None:
+        """Keep one [memory] event's time, bytes and totals under its device (else count it unreadable), from its
+        args and ts (None where it has none, or reader.UNSET: neither is a dict or a number)."""
         if type(args) is dict and type(ts) is float and -_INF < ts < _INF:  # the common event: plain numbers
             nbytes, allocated, reserved = args.get("Bytes"), args.get("Total Allocated"), args.get("Total Reserved")
             kind, index = args.get("Device Type"), args.get("Device Id")
@@ -93,7 +93,7 @@ class Memory:
     def take(self, ev: dict[str, Any]) -> None:
         """Keep ev where it is a [memory] event; any other event is left (damage.readable's other)."""
         if ev.get("ph") == "i" and ev.get("name") == MEMORY_EVENT:
-            self.add(ev)
+            self.add(ev.get("args"), ev.get("ts"))
 
 
 _SIGN = 1 << 63
@@ -134,7 +134,7 @@ def tap(events: Iterable[Any], memory: Memory) -> Iterator[Any]:
     """Pass every event on, keeping the [memory] ones in memory (the reader of complete events skips them)."""
     for ev in events:
         if type(ev) is dict and ev.get("ph") == "i" and ev.get("name") == MEMORY_EVENT:
-            memory.add(ev)
+            memory.add(ev.get("args"), ev.get("ts"))
         yield ev
 
 

@@ -18,10 +18,67 @@ try:  # about 1.5 times as fast as json on a trace's events; optional (pyproject
     import orjson
 except ImportError:
     orjson = None
+try:  # the one-pass read's events as Event objects (below); optional too
+    import msgspec
+except ImportError:
+    msgspec = None
 
 
 class TraceError(Exception):
     pass
+
+
+class _Unset:
+    """A key the event does not have (an Event's field left at its default)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = msgspec.UNSET if msgspec else _Unset()
+# The keys of the events PyTorch's profiler writes (complete, instant, flow and metadata events)
+FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s")
+STRUCTS = msgspec is not None  # whether Events.lists(structs=True) gives Event objects where it can
+STRUCT_MISSES = 8  # runs that do not read as Events, after which a trace's are read as dicts only
+
+
+if msgspec is not None:
+
+    class Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+        """An event as its FIELDS, each left UNSET where the event lacks it, or any JSON value: lighter than a
+        dict (a field is read faster than a dict's key, and the object is freed faster). An event with any other
+        key is not one: the run of events that holds it is read as dicts. msgspec reads every JSON value as json
+        does (an integer past 64 bits whole), and refuses what json reads and orjson refuses (NaN, lone
+        surrogates)."""
+
+        ph: Any = UNSET
+        cat: Any = UNSET
+        name: Any = UNSET
+        pid: Any = UNSET
+        tid: Any = UNSET
+        ts: Any = UNSET
+        dur: Any = UNSET
+        args: Any = UNSET
+        id: Any = UNSET
+        bp: Any = UNSET
+        s: Any = UNSET
+
+    _EVENTS = msgspec.json.Decoder(list[Event]).decode
+    _GENERIC = msgspec.json.Decoder().decode
+    _asdict = msgspec.structs.asdict  # every field, set or not
+else:
+
+    class Event:  # never made: the reader gives dicts where msgspec is missing
+        pass
+
+
+def as_dict(ev: Any) -> dict[str, Any]:
+    """The dict an Event stands for: its keys in FIELDS' order (not the file's), the unset ones left out."""
+    d = _asdict(ev)
+    for key in FIELDS:
+        if d[key] is UNSET:
+            del d[key]
+    return d
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -70,12 +127,16 @@ class _Stream:
     chunk size plus the largest single value (one trace event), not by the file.
     """
 
-    def __init__(self, f, chunk=1 << 20):
+    def __init__(self, f, chunk=1 << 20, structs=False):
         self.f, self.chunk, self.buf, self.pos, self.eof = f, chunk, "", 0, False
         self.decode = json.JSONDecoder().raw_decode
         self.text = codecs.getincrementaldecoder("utf-8")()
         self.tail = b""  # the last bytes read, for a run of digits that a chunk's end cuts
-        self.loads = orjson.loads if orjson else json.loads
+        # Events where asked and msgspec is at hand, else dicts: from msgspec (which reads wide integers as json
+        # does), or orjson until a wide integer may come (wide_integer), else json
+        self.events = _EVENTS if structs and STRUCTS else None
+        self.loads = _GENERIC if self.events else orjson.loads if orjson else json.loads
+        self.misses = 0  # runs not read as Events
         self.slow_until = 0  # a run of events that failed to parse as one array: read one by one up to here
 
     def _more(self):
@@ -86,7 +147,7 @@ class _Stream:
             if not text:
                 return False
         else:
-            if self.loads is not json.loads and wide_integer(data, self.tail):
+            if orjson and self.loads is orjson.loads and wide_integer(data, self.tail):
                 self.loads = json.loads  # from here on: what is already read was checked
             self.tail = data[-32:]
             text = self.text.decode(data)
@@ -193,9 +254,19 @@ class _Stream:
             cut = self._boundary_after(max(self.pos, limit - 1))
         if cut < 0:
             return None
+        text = "[" + self.buf[self.pos : cut + 1] + "]"
         try:
-            events = self.loads("[" + self.buf[self.pos : cut + 1] + "]")
-        except (ValueError, RecursionError):  # orjson.JSONDecodeError and json's are ValueErrors
+            events = None
+            if self.events:
+                try:
+                    events = self.events(text)
+                except (ValueError, RecursionError):  # a key beyond FIELDS, an element not an object, ...: as dicts
+                    self.misses += 1
+                    if self.misses == STRUCT_MISSES:  # a trace of other keys: not tried again
+                        self.events = None
+            if events is None:
+                events = self.loads(text)
+        except (ValueError, RecursionError):  # orjson.JSONDecodeError, msgspec's and json's are ValueErrors
             self.slow_until = cut + 1
             return None
         self.pos = cut + len(_BOUNDARY)
@@ -215,8 +286,9 @@ class Events:
         self.path, self.chunk, self.meta = path, chunk, meta
         self._it: Iterator[Any] | None = None
 
-    def lists(self) -> Iterator[list[Any]]:
-        return _event_lists(self.path, self.chunk, self.meta)
+    def lists(self, structs: bool = False) -> Iterator[list[Any]]:
+        """structs: a run read whole may come as a list of Event (where msgspec is at hand), not of dicts."""
+        return _event_lists(self.path, self.chunk, self.meta, structs)
 
     def __iter__(self) -> Iterator[Any]:
         return chain.from_iterable(self.lists())
@@ -235,12 +307,12 @@ def iter_events(path: str, chunk: int = 1 << 20, meta: dict[str, Any] | None = N
     return Events(path, chunk, meta)
 
 
-def _event_lists(path: str, chunk: int, meta: dict[str, Any] | None) -> Iterator[list[Any]]:
+def _event_lists(path: str, chunk: int, meta: dict[str, Any] | None, structs: bool = False) -> Iterator[list[Any]]:
     """iter_events' events, as the lists _Stream.array gives them."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
-            stream = _Stream(f, chunk)
+            stream = _Stream(f, chunk, structs)
             first = stream.char()
             if first == "[":
                 yield from stream.array()

@@ -28,7 +28,8 @@ from steplens.trace.calls import (  # noqa: F401 (read as timeline.NAME by the e
     WORK_CALLS,
 )
 from steplens.trace.intervals import total, union
-from steplens.trace.reader import Events
+from steplens.trace.reader import UNSET, Event, Events
+from steplens.trace.reader import as_dict as _as_dict
 
 
 class Trace:
@@ -183,7 +184,7 @@ def quick(events: Iterable[Any], tap: Tap | None = None) -> Trace | None:
     (extract fails on times past 2**63 ns, which quick reads).
 
     events: a list, any iterable, or the reader's Events (read as the lists of events it parses at once)."""
-    lists = events.lists() if isinstance(events, Events) else _batches(events)
+    lists = events.lists(structs=True) if isinstance(events, Events) else _batches(events)
     one = _OnePass(tap)
     try:
         for part in lists:
@@ -222,6 +223,8 @@ class _OnePass:
         self.pending = 0  # events since the records were last written (an upper bound of the records)
         self.names_read: set[str] = set()  # names found printable (NAME_CHARS_KEPT characters of them at most)
         self.name_chars = 0
+        # the last event's track: pid, tid, its records' frombytes, whether a CPU slice's, its number, (pid, tid)
+        self.track: tuple[Any, ...] = (None,) * 6
 
     def printable(self, name: str) -> bool:
         """Whether the name is printable (a name that is not is damage: for the exact read); kept where it is."""
@@ -234,12 +237,102 @@ class _OnePass:
 
     def each(self, events: list[Any]) -> bool:
         """Keep the events one by one; False at the first one quick does not read."""
+        if events and type(events[0]) is Event:
+            return self._each_event(events) and self.written(len(events))
+        return self._each(events) and self.written(len(events))
+
+    def _each_event(self, events: list[Any]) -> bool:
+        """each() over a list of reader.Event, the reader's lighter form of an event (a field is read faster than a
+        dict's key, and the object freed faster): _each's loop, field for key, an event's dict (reader.as_dict)
+        made only for what is handed one (a tap, _keep). An event before the trace's time is known, or with times
+        the fast way does not read, goes to _each as its dict."""
         t, found, tap, names, scopes, cats = self.t, self.found, self.tap, self.names, self.scopes, self.cats
-        ids, cpu, add_memory, records = found.ids, found.cpu, t.memory.add, found.records
+        cpu, add_memory = found.cpu, t.memory.add
+        first, last, anchor, far, printable = self.first, self.last, self.anchor, damage.FAR_US, self.names_read
+        lim, off = _fast_limit(self.base)
+        last_pid, last_tid, add_record, on_cpu, n, track = self.track
+        pack, two52, fast_dur, id_types, keep, as_dict, unset = (
+            _RECORD,
+            _2_52,
+            _FAST_DUR_US,
+            _IDS,
+            _keep,
+            _as_dict,
+            UNSET,
+        )
+        cpu_cats, sync_ops, not_cpu, memory_event = CPU_SLICE_CATS, SYNC_OPS, nesting.NOT_CPU, memory.MEMORY_EVENT
+        for ev in events:
+            ph = ev.ph
+            if ph != "X":
+                if ph == "i" and ev.name == memory_event:
+                    add_memory(ev.args, ev.ts)
+                continue
+            ts, dur = ev.ts, ev.dur
+            if not (
+                type(ts) is float
+                and type(dur) is float
+                and 0.0 <= ts < lim
+                and 0.0 <= dur < fast_dur
+                and anchor is not None
+            ):
+                self.first, self.last = first, last
+                self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
+                if not self._each([as_dict(ev)]):
+                    return False
+                first, last, anchor = self.first, self.last, self.anchor
+                last_pid, last_tid, add_record, on_cpu, n, track = self.track
+                lim, off = _fast_limit(self.base)
+                continue
+            r, q = ts * 1000.0, dur * 1000.0  # as in _each
+            tn, dn = (r if r >= two52 else r + two52 - two52), q + two52 - two52
+            if r - tn == 0.5 or q - dn == 0.5:
+                tn, dn = _llround(r), _llround(q)
+            tn -= off
+            name, pid, tid, args = ev.name, ev.pid, ev.tid, ev.args
+            if type(args) is not dict and args is not unset:  # "args": null is damage
+                return False
+            if not (type(name) is str and type(pid) in id_types and type(tid) in id_types):
+                return False
+            if name not in printable and not self.printable(name):
+                return False
+            if ts - anchor > far or anchor - ts > far:
+                return False
+            e = ts + dur
+            if tid != last_tid or pid != last_pid or add_record is None:
+                add_record, on_cpu, n, track = self.switch(pid, tid)
+                last_pid, last_tid = pid, tid
+            cat = ev.cat  # (unset: no category matches it, as none matches _each's "")
+            if tap is not None and (cats is None or cat in cats):
+                tap(as_dict(ev), ts, dur)
+            if cat == "python_function" or cat in cpu_cats:
+                add_record(pack(tn, -(tn + dn), ts, -e))
+                if not on_cpu:
+                    cpu[n], on_cpu = track, True
+                if ts < first:
+                    first = ts
+                if e > last:
+                    last = e
+                if cat != "python_function":
+                    if cat == "cpu_op":
+                        if name in sync_ops:
+                            t.sync_ops.append((name, ts, e, tid))
+                    else:
+                        keep(t, as_dict(ev), cat, name, args or _NO_ARGS, ts, e, names, scopes)
+            else:
+                add_record(pack(tn, -(tn + dn), not_cpu, 0.0))
+                keep(t, as_dict(ev), cat, name, args or _NO_ARGS, ts, e, names, scopes)
+        self.first, self.last = first, last
+        self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
+        return True
+
+    def _each(self, events: list[Any]) -> bool:
+        """each() over dicts (or anything else the file holds): False at the first event quick does not read."""
+        t, found, tap, names, scopes, cats = self.t, self.found, self.tap, self.names, self.scopes, self.cats
+        cpu, add_memory = found.cpu, t.memory.add
         first, last, anchor, early, far = self.first, self.last, self.anchor, self.early, damage.FAR_US
         printable = self.names_read
         lim, off = _fast_limit(self.base)  # the fast way's bound on a start, and the records' base as a double
-        last_pid = last_tid = n = track = on_cpu = add_record = None
+        last_pid, last_tid, add_record, on_cpu, n, track = self.track  # the last event's track, kept from list to list
         # the module's names as locals, read for every event: a local costs less to read
         pack, two52, fast_dur, id_types, keep = _RECORD, _2_52, _FAST_DUR_US, _IDS, _keep
         cpu_cats, sync_ops, not_cpu, memory_event = CPU_SLICE_CATS, SYNC_OPS, nesting.NOT_CPU, memory.MEMORY_EVENT
@@ -249,7 +342,7 @@ class _OnePass:
             ph = ev.get("ph")
             if ph != "X":
                 if ph == "i" and ev.get("name") == memory_event:  # memory.take, inline
-                    add_memory(ev)
+                    add_memory(ev.get("args"), ev.get("ts"))
                 continue
             try:
                 ts, dur, name = ev["ts"], ev["dur"], ev["name"]
@@ -283,11 +376,7 @@ class _OnePass:
                 return False
             e = s + dur
             if tid != last_tid or pid != last_pid or add_record is None:
-                n = ids.get(track := (pid, tid))
-                if n is None:
-                    n = ids[track] = len(ids)
-                    records.add()
-                add_record, on_cpu = records.new[n].frombytes, n in cpu
+                add_record, on_cpu, n, track = self.switch(pid, tid)
                 last_pid, last_tid = pid, tid
             cat = ev.get("cat", "")
             if tap is not None and (cats is None or cat in cats):
@@ -310,7 +399,18 @@ class _OnePass:
                 add_record(pack(tn, -(tn + dn), not_cpu, 0.0))
                 keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
-        return self.written(len(events))
+        self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
+        return True
+
+    def switch(self, pid: Any, tid: Any) -> tuple[Callable[[bytes], None], bool, int, tuple[Any, Any]]:
+        """The track (pid, tid) that events now come from (numbered where new): its records' frombytes, whether it
+        has a CPU slice yet, its number, and (pid, tid)."""
+        ids, records = self.found.ids, self.found.records
+        n = ids.get(track := (pid, tid))
+        if n is None:
+            n = ids[track] = len(ids)
+            records.add()
+        return records.new[n].frombytes, n in self.found.cpu, n, track
 
     def written(self, events: int) -> bool:
         """After each list: the records are written once they pass a chunk (a chunk and a list at most are held;

@@ -6,6 +6,7 @@
 The figures: docs/DDP.md#evidence-across-ranks."""
 
 import argparse
+import functools
 import glob
 import gzip
 import json
@@ -130,6 +131,7 @@ def find_traces(paths: list[str]) -> dict[int, list[str]]:
     return locate(paths)["by_rank"]
 
 
+@functools.lru_cache(maxsize=1 << 13)  # a trace names a few thousand operators, each many times
 def _is_cpu_comm(name):
     low = name.lower()
     return any(k in low for k in CPU_COMM)

@@ -8,7 +8,8 @@ FOLDER receives the scaled traces (scripts/scale_trace.py: copies of a workers=0
 a second name of each (for diff) and a folder of two ranks of each (for ranks). First every bare parser at hand
 reads the smallest trace once, each in a fresh process, orjson on runs of four sizes: the fastest is the parse
 the others are measured against (one sample each; then every command gets one sample a round, the parse one
-before each command).
+before each command). Each gives every event as the generic value it is (a dict): steplens's own decode into
+structs of the profiler's keys (steplens/trace/reader.py's Event) refuses any other key, and is not among them.
 Then, round after round, each trace is read by `steplens summarize`, `steplens diff` of the trace and its second
 name, and `steplens ranks` of its two ranks, each right after a bare parse of the same trace (a machine's speed
 drifts over minutes: a command is compared with the parse just before it, not one read minutes earlier), each in a

@@ -8,8 +8,9 @@ FOLDER receives the scaled traces (scripts/scale_trace.py: copies of a workers=0
 a second name of each (for diff) and a folder of two ranks of each (for ranks). First every bare parser at hand
 reads the smallest trace once, each in a fresh process, orjson on runs of four sizes: the fastest is the parse
 the others are measured against (one sample each; then every command gets one sample a round, the parse one
-before each command). Each gives every event as the generic value it is (a dict): steplens's own decode into
-structs of the profiler's keys (steplens/trace/reader.py's Event) refuses any other key, and is not among them.
+before each command). Each gives every event as a Python object: a dict, or (events) a struct of the keys the
+profiler writes, steplens's own decode (steplens/trace/reader.py's Event; it refuses any other key, so it is no
+parser of any JSON, but it reads every value of these traces). Each parser is timed SURVEY times, its fastest kept.
 Then, round after round, each trace is read by `steplens summarize`, `steplens diff` of the trace and its second
 name, and `steplens ranks` of its two ranks, each right after a bare parse of the same trace (a machine's speed
 drifts over minutes: a command is compared with the parse just before it, not one read minutes earlier), each in a
@@ -44,8 +45,9 @@ SOURCE = os.path.join(
     "results/h200-reprofile/eager/runs/cd71033606ba42f6b997804deb9ae741/outputs/traces/trace-cycle2-steps7-9.pt.trace.json.gz",
 )
 # orjson on runs of whole events of each size (characters): 256 kB took 1.2-2.3 times as long as 16-64 kB here
-PARSERS = ("orjson:16384", "orjson:32768", "orjson:65536", "orjson:262144", "msgspec:16384", "json", "ijson",
-           "simdjson", "raw_decode")  # fmt: skip
+PARSERS = ("orjson:16384", "orjson:32768", "orjson:65536", "orjson:262144", "events:16384", "events:32768",
+           "msgspec:16384", "json", "ijson", "simdjson", "raw_decode")  # fmt: skip
+SURVEY = 2  # samples of each parser in the survey: the fastest of them counts
 READS = {"parse": 1, "summarize": 1, "diff": 2, "ranks": 2}  # the traces each command reads
 RUN = 1 << 15  # characters of whole events parsed at once by the chunked parsers (orjson:N: N)
 _NEXT = re.compile(r"[ \t\n\r]*\{")
@@ -94,11 +96,13 @@ def parse(name, path):
     name, _, run = name.partition(":")
     if run:
         RUN = int(run)
-    if name in ("orjson", "msgspec", "json", "simdjson"):
+    if name in ("orjson", "events", "msgspec", "json", "simdjson"):
         if name == "orjson":
             import orjson
 
             loads = orjson.loads
+        elif name == "events":  # steplens's own decode (msgspec): each event a struct of the profiler's keys
+            from steplens.trace.reader import _EVENTS as loads
         elif name == "msgspec":  # its generic decode: dicts, lists, numbers and strings, as orjson's
             import msgspec
 
@@ -158,13 +162,20 @@ def instructions(cmd):
 
 
 def count_instructions(folder, source):
-    """Each command's instructions on the source trace, and its ratio to the bare orjson parse of what it reads."""
+    """Each command's instructions on the source trace, and its ratio to the bare parse of what it reads: the fewer of
+    orjson's (32 kB runs) and steplens's own decode into structs (events)."""
     sizes = {1: prepare(folder, 1, source)}
     mb = sizes[1]["json_bytes"] / 1e6
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()}: instructions (cachegrind), {sizes[1]['trace']}")
     print(f"# one copy of {source} by scripts/scale_trace.py, {mb:.0f} MB of JSON")
     counts = {}
+    for name in ("orjson", "events"):
+        counts[name] = instructions(next(commands(sizes, name))[2])
+        print(f"parse {name:<8} {counts[name]:>16,} instructions", flush=True)
+    counts["parse"] = min(counts["orjson"], counts["events"])
     for copies, task, cmd in commands(sizes, "orjson"):
+        if task == "parse":
+            continue
         counts[task] = instructions(cmd)
         ratio = counts[task] / (counts["parse"] * READS[task])
         print(
@@ -273,15 +284,17 @@ def main(argv=None):
         print(
             f"# x{c}: {s['trace']}, {s['json_bytes'] / 1e6:.0f} MB of JSON, {os.path.getsize(s['trace']) / 1e6:.0f} MB"
         )
-    # 1) the bare parsers, once each on the smallest trace: the fastest is the reference
+    # 1) the bare parsers, SURVEY times each on the smallest trace: the fastest is the reference
     smallest = sizes[min(sizes)]["trace"]
     parsers = {}
     for name in PARSERS:
         try:
-            wall, cpu, rss = measure([sys.executable, os.path.abspath(__file__), "--parse", name, smallest])
+            samples = [measure([sys.executable, os.path.abspath(__file__), "--parse", name, smallest])
+                       for _ in range(SURVEY)]  # fmt: skip
         except SystemExit as e:
             print(f"# parser {name}: not measured ({e})")
             continue
+        wall, cpu, rss = min(samples)
         parsers[name] = wall
         print(f"parser {name:<10} x{min(sizes)}  wall {wall:6.2f} s  cpu {cpu:6.2f} s  peak {rss:5.0f} MB")
     fastest = min(parsers, key=parsers.get)

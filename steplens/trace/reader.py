@@ -3,8 +3,10 @@
 The events of `traceEvents` are read from 1 MiB chunks (plain or gzipped JSON), and parsed in runs of whole
 events of at most RUN characters (an event longer than that alone), each as one JSON array: with orjson where it
 is installed, else with the standard library's json, which reads them exactly as one raw_decode per event would.
-Anything else (the document's head and tail, an event cut by the chunk's end, a run that does not parse as an
-array) is read one value at a time."""
+Where asked (Events.lists(structs=True): the one-pass read) and msgspec is installed, a run whose events hold only
+the profiler's keys comes as Event objects instead, and any other run as msgspec's dicts. Anything else (the
+document's head and tail, an event cut by the chunk's end, a run that does not parse as an array) is read one
+value at a time."""
 
 import codecs
 import gzip

@@ -243,85 +243,83 @@ class _OnePass:
 
     def _each_event(self, events: list[Any]) -> bool:
         """each() over a list of reader.Event, the reader's lighter form of an event (a field is read faster than a
-        dict's key, and the object freed faster): _each's loop, field for key, an event's dict (reader.as_dict)
-        made only for what is handed one (a tap, _keep). An event before the trace's time is known, or with times
-        the fast way does not read, goes to _each as its dict."""
+        dict's key, and the object freed faster): _each's loop, field for key (an unset pid, tid or cat read as
+        _each reads a missing key), an event's dict (reader.as_dict) made only for what is handed one (a tap,
+        _keep). tests/test_onepass.py holds the two loops to the exact read, on the same random traces."""
         t, found, tap, names, scopes, cats = self.t, self.found, self.tap, self.names, self.scopes, self.cats
-        cpu, add_memory = found.cpu, t.memory.add
+        cpu, add_memory, early = found.cpu, t.memory.add, self.early
         first, last, anchor, far, printable = self.first, self.last, self.anchor, damage.FAR_US, self.names_read
         lim, off = _fast_limit(self.base)
         last_pid, last_tid, add_record, on_cpu, n, track = self.track
-        pack, two52, fast_dur, id_types, keep, as_dict, unset = (
-            _RECORD,
-            _2_52,
-            _FAST_DUR_US,
-            _IDS,
-            _keep,
-            _as_dict,
+        pack, two52, fast_dur, id_types, keep, as_dict = _RECORD, _2_52, _FAST_DUR_US, _IDS, _keep, _as_dict
+        cpu_cats, sync_ops, not_cpu, memory_event, unset = (
+            CPU_SLICE_CATS,
+            SYNC_OPS,
+            nesting.NOT_CPU,
+            memory.MEMORY_EVENT,
             UNSET,
         )
-        cpu_cats, sync_ops, not_cpu, memory_event = CPU_SLICE_CATS, SYNC_OPS, nesting.NOT_CPU, memory.MEMORY_EVENT
         for ev in events:
             ph = ev.ph
             if ph != "X":
                 if ph == "i" and ev.name == memory_event:
-                    add_memory(ev.args, ev.ts)
+                    add_memory(ev.args, ev.ts)  # (unset: no dict, no number, as None)
                 continue
             ts, dur = ev.ts, ev.dur
-            if not (
-                type(ts) is float
-                and type(dur) is float
-                and 0.0 <= ts < lim
-                and 0.0 <= dur < fast_dur
-                and anchor is not None
-            ):
-                self.first, self.last = first, last
-                self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
-                if not self._each([as_dict(ev)]):
-                    return False
-                first, last, anchor = self.first, self.last, self.anchor
-                last_pid, last_tid, add_record, on_cpu, n, track = self.track
-                lim, off = _fast_limit(self.base)
-                continue
-            r, q = ts * 1000.0, dur * 1000.0  # as in _each
-            tn, dn = (r if r >= two52 else r + two52 - two52), q + two52 - two52
-            if r - tn == 0.5 or q - dn == 0.5:
-                tn, dn = _llround(r), _llround(q)
-            tn -= off
+            if type(ts) is float and type(dur) is float and 0.0 <= ts < lim and 0.0 <= dur < fast_dur:
+                s, r, q = ts, ts * 1000.0, dur * 1000.0  # as in _each
+                tn, dn = (r if r >= two52 else r + two52 - two52), q + two52 - two52
+                if r - tn == 0.5 or q - dn == 0.5:
+                    tn, dn = _llround(r), _llround(q)
+                tn -= off
+            elif (times := self.times(ts, dur)) is not None:  # (unset: no number, as a missing key)
+                s, tn, dur, dn, lim, off = times
+            else:
+                return False
             name, pid, tid, args = ev.name, ev.pid, ev.tid, ev.args
             if type(args) is not dict and args is not unset:  # "args": null is damage
                 return False
+            if pid is unset or tid is unset:
+                pid, tid = (None if pid is unset else pid), (None if tid is unset else tid)
             if not (type(name) is str and type(pid) in id_types and type(tid) in id_types):
                 return False
             if name not in printable and not self.printable(name):
                 return False
-            if ts - anchor > far or anchor - ts > far:
+            if anchor is None:
+                early.append(s)
+                if len(early) == damage.ANCHOR_EVENTS:
+                    anchor = _anchor(early)
+                    if anchor is None:
+                        return False
+            elif s - anchor > far or anchor - s > far:
                 return False
-            e = ts + dur
+            e = s + dur
             if tid != last_tid or pid != last_pid or add_record is None:
                 add_record, on_cpu, n, track = self.switch(pid, tid)
                 last_pid, last_tid = pid, tid
-            cat = ev.cat  # (unset: no category matches it, as none matches _each's "")
+            cat = ev.cat
+            if cat is unset:
+                cat = ""
             if tap is not None and (cats is None or cat in cats):
-                tap(as_dict(ev), ts, dur)
+                tap(as_dict(ev), s, dur)
             if cat == "python_function" or cat in cpu_cats:
-                add_record(pack(tn, -(tn + dn), ts, -e))
+                add_record(pack(tn, -(tn + dn), s, -e))
                 if not on_cpu:
                     cpu[n], on_cpu = track, True
-                if ts < first:
-                    first = ts
+                if s < first:
+                    first = s
                 if e > last:
                     last = e
                 if cat != "python_function":
                     if cat == "cpu_op":
                         if name in sync_ops:
-                            t.sync_ops.append((name, ts, e, tid))
+                            t.sync_ops.append((name, s, e, tid))
                     else:
-                        keep(t, as_dict(ev), cat, name, args or _NO_ARGS, ts, e, names, scopes)
+                        keep(t, as_dict(ev), cat, name, args or _NO_ARGS, s, e, names, scopes)
             else:
                 add_record(pack(tn, -(tn + dn), not_cpu, 0.0))
-                keep(t, as_dict(ev), cat, name, args or _NO_ARGS, ts, e, names, scopes)
-        self.first, self.last = first, last
+                keep(t, as_dict(ev), cat, name, args or _NO_ARGS, s, e, names, scopes)
+        self.first, self.last, self.anchor = first, last, anchor
         self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
         return True
 

@@ -247,7 +247,7 @@ class _OnePass:
         _each reads a missing key), an event's dict (reader.as_dict) made only for what is handed one (a tap,
         _keep). tests/test_onepass.py holds the two loops to the exact read, on the same random traces."""
         t, found, tap, names, scopes, cats = self.t, self.found, self.tap, self.names, self.scopes, self.cats
-        cpu, add_memory, early = found.cpu, t.memory.add, self.early
+        cpu, add_memory = found.cpu, t.memory.add
         first, last, anchor, far, printable = self.first, self.last, self.anchor, damage.FAR_US, self.names_read
         lim, off = _fast_limit(self.base)
         last_pid, last_tid, add_record, on_cpu, n, track = self.track
@@ -286,11 +286,9 @@ class _OnePass:
             if name not in printable and not self.printable(name):
                 return False
             if anchor is None:
-                early.append(s)
-                if len(early) == damage.ANCHOR_EVENTS:
-                    anchor = _anchor(early)
-                    if anchor is None:
-                        return False
+                known, anchor = self.early_start(s)
+                if not known:
+                    return False
             elif s - anchor > far or anchor - s > far:
                 return False
             e = s + dur
@@ -327,7 +325,7 @@ class _OnePass:
         """each() over dicts (or anything else the file holds): False at the first event quick does not read."""
         t, found, tap, names, scopes, cats = self.t, self.found, self.tap, self.names, self.scopes, self.cats
         cpu, add_memory = found.cpu, t.memory.add
-        first, last, anchor, early, far = self.first, self.last, self.anchor, self.early, damage.FAR_US
+        first, last, anchor, far = self.first, self.last, self.anchor, damage.FAR_US
         printable = self.names_read
         lim, off = _fast_limit(self.base)  # the fast way's bound on a start, and the records' base as a double
         last_pid, last_tid, add_record, on_cpu, n, track = self.track  # the last event's track, kept from list to list
@@ -365,11 +363,9 @@ class _OnePass:
             if name not in printable and not self.printable(name):
                 return False
             if anchor is None:
-                early.append(s)
-                if len(early) == damage.ANCHOR_EVENTS:
-                    anchor = _anchor(early)
-                    if anchor is None:
-                        return False
+                known, anchor = self.early_start(s)
+                if not known:
+                    return False
             elif s - anchor > far or anchor - s > far:
                 return False
             e = s + dur
@@ -399,6 +395,15 @@ class _OnePass:
         self.first, self.last, self.anchor = first, last, anchor
         self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
         return True
+
+    def early_start(self, s: float) -> tuple[bool, float | None]:
+        """One of the first ANCHOR_EVENTS starts, kept: (False, None) where they are all in and one lies far from
+        their median, else (True, the trace's time once they are all in, None before)."""
+        self.early.append(s)
+        if len(self.early) < damage.ANCHOR_EVENTS:
+            return True, None
+        anchor = _anchor(self.early)
+        return anchor is not None, anchor
 
     def switch(self, pid: Any, tid: Any) -> tuple[Callable[[bytes], None], bool, int, tuple[Any, Any]]:
         """The track (pid, tid) that events now come from (numbered where new): its records' frombytes, whether it

@@ -279,10 +279,10 @@ class _OnePass:
             name, pid, tid, args = ev.name, ev.pid, ev.tid, ev.args
             if type(args) is not dict and args is not unset:  # "args": null is damage
                 return False
-            if pid is unset or tid is unset:
-                pid, tid = (None if pid is unset else pid), (None if tid is unset else tid)
             if not (type(name) is str and type(pid) in id_types and type(tid) in id_types):
-                return False
+                pid, tid = (None if pid is unset else pid), (None if tid is unset else tid)  # (as _each reads them)
+                if not (type(name) is str and type(pid) in id_types and type(tid) in id_types):
+                    return False
             if name not in printable and not self.printable(name):
                 return False
             if anchor is None:
@@ -296,9 +296,7 @@ class _OnePass:
                 add_record, on_cpu, n, track = self.switch(pid, tid)
                 last_pid, last_tid = pid, tid
             cat = ev.cat
-            if cat is unset:
-                cat = ""
-            if tap is not None and (cats is None or cat in cats):
+            if tap is not None and (cats is None or cat in cats or cat is unset and "" in cats):
                 tap(as_dict(ev), s, dur)
             if cat == "python_function" or cat in cpu_cats:
                 add_record(pack(tn, -(tn + dn), s, -e))
@@ -314,9 +312,9 @@ class _OnePass:
                             t.sync_ops.append((name, s, e, tid))
                     else:
                         keep(t, as_dict(ev), cat, name, args or _NO_ARGS, s, e, names, scopes)
-            else:
+            else:  # (an unset cat: "", as _each reads it)
                 add_record(pack(tn, -(tn + dn), not_cpu, 0.0))
-                keep(t, as_dict(ev), cat, name, args or _NO_ARGS, s, e, names, scopes)
+                keep(t, as_dict(ev), "" if cat is unset else cat, name, args or _NO_ARGS, s, e, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
         self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
         return True

@@ -7,7 +7,7 @@
 # make viewer  Polyaxon's UI over the local runs, on 127.0.0.1:8001, with its scripts served locally
 # make mutation  mutation testing of the core (mutmut, one module after another, one worker; MODULES="stats verdict"
 #              picks some); slow, so neither make test nor CI runs it; the report goes to results/mutation/
-# All build .venv from requirements-dev.txt first (6.2 GB: torch brings its CUDA libraries even on
+# All build .venv from requirements-dev.txt first (6.3 GB: torch brings its CUDA libraries even on
 # a CPU-only machine); it is rebuilt when that file or pyproject.toml changes.
 PYTHON ?= python3
 TEST_WORKERS ?= 3

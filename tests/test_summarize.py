@@ -995,7 +995,8 @@ def as_text(events):
 def test_the_reader_gives_runs_as_events_where_they_hold_only_the_profiler_s_keys(monkeypatch, tmp_path):
     """lists(structs=True): a run of events that hold only the keys the profiler writes (reader.FIELDS) comes as
     reader.Event objects, each the event its dict is (reader.as_dict); a run with any other key comes as dicts;
-    after STRUCT_MISSES such runs, a trace's runs are no longer tried as Events. The events are json.load's."""
+    after STRUCT_MISSES such runs in a row, a trace's runs are no longer tried as Events. The events are
+    json.load's."""
     assert reader.STRUCTS, "msgspec is installed where the tests run (pyproject.toml's dependencies)"
     trace = os.path.join(RESULTS, "h100-delays", "input.pt.trace.json.gz")
     lists = list(reader.iter_events(trace, chunk=1 << 16).lists(structs=True))
@@ -1011,7 +1012,9 @@ def test_the_reader_gives_runs_as_events_where_they_hold_only_the_profiler_s_key
     monkeypatch.setattr(reader, "_EVENTS", events)
     monkeypatch.setattr(reader, "RUN", 1 << 10)
     plain = [x(f"f{i}", "python_function", 10.0 + i, 0.5, k=i) for i in range(400)]
-    for odd_ones in ({99}, set(range(3, 400, 7))):  # one event with a key beyond FIELDS, then one in every 7
+    # one event with a key beyond FIELDS; one in each of the first 7 runs of 8 events, then one in every 7
+    scattered = {i * 8 + 3 for i in range(reader.STRUCT_MISSES - 1)} | {i * 8 + 3 for i in range(9, 50, 2)}
+    for odd_ones in ({99}, scattered, set(range(3, 400, 7))):
         odd = [dict(ev, extra=1) if i in odd_ones else ev for i, ev in enumerate(plain)]
         path = write(tmp_path, odd)
         tried.clear()
@@ -1020,6 +1023,8 @@ def test_the_reader_gives_runs_as_events_where_they_hold_only_the_profiler_s_key
         assert as_text(ev for part in lists for ev in part) == as_text(odd)
         if len(odd_ones) == 1:  # the run with the odd event as dicts, and the last event (read alone); the rest Events
             assert kinds.count(dict) == 2 and len(tried) == len(lists) - 1, kinds
+        elif odd_ones is scattered:  # never STRUCT_MISSES in a row: every run tried, the others Events
+            assert len(tried) == len(lists) - 1 and kinds.count(dict) == len(scattered) + 1, kinds
         else:  # every run refused: STRUCT_MISSES tried, then none
             assert len(tried) == reader.STRUCT_MISSES and set(kinds) == {dict}, (len(tried), kinds)
 

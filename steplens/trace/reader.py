@@ -41,7 +41,7 @@ UNSET: Any = msgspec.UNSET if msgspec else _Unset()
 # The keys of the events PyTorch's profiler writes (complete, instant, flow and metadata events)
 FIELDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id", "bp", "s")
 STRUCTS = msgspec is not None  # whether Events.lists(structs=True) gives Event objects where it can
-STRUCT_MISSES = 8  # runs that do not read as Events, after which a trace's are read as dicts only
+STRUCT_MISSES = 8  # runs in a row that do not read as Events, after which a trace's are read as dicts only
 
 
 if msgspec is not None:
@@ -138,7 +138,7 @@ class _Stream:
         # does), or orjson until a wide integer may come (wide_integer), else json
         self.events = _EVENTS if structs and STRUCTS else None
         self.loads = _GENERIC if self.events else orjson.loads if orjson else json.loads
-        self.misses = 0  # runs not read as Events
+        self.misses = 0  # runs in a row not read as Events
         self.slow_until = 0  # a run of events that failed to parse as one array: read one by one up to here
 
     def _more(self):
@@ -262,6 +262,7 @@ class _Stream:
             if self.events:
                 try:
                     events = self.events(text)
+                    self.misses = 0
                 except (ValueError, RecursionError):  # a key beyond FIELDS, an element not an object, ...: as dicts
                     self.misses += 1
                     if self.misses == STRUCT_MISSES:  # a trace of other keys: not tried again

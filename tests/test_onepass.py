@@ -581,7 +581,7 @@ def test_a_cat_of_any_json_type_is_damage_the_exact_read_counts_not_a_crash():
     assert timeline_of(t) == timeline_of(exact(events)) and t.damage.report()
 
 
-def test_a_stored_trace_comes_as_events_and_most_go_the_fast_way(monkeypatch):
+def test_a_stored_trace_comes_as_events_that_all_go_the_fast_way(monkeypatch):
     """The reader gives a stored H200 trace's runs as its Events (msgspec's structs, not dicts), and the one-pass
     read keeps them all the fast way (_each_event): it hands the dict path (_each) only the events read one by one
     at the document's head and tail. The same timeline from dicts alone."""

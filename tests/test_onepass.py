@@ -168,13 +168,13 @@ def exact(events, tap=None):
 
 
 class Seen:
-    """A tap: what it is given of each complete event (its dict, start and duration), in order."""
+    """A tap: what it is given of each complete event (cat, name, pid, tid, args, start and duration), in order."""
 
     def __init__(self, cats=None):
         self.seen, self.cats = [], cats
 
-    def __call__(self, ev, start, dur):
-        self.seen.append((ev, start, dur))
+    def __call__(self, *given):
+        self.seen.append(given)
 
 
 def test_the_one_pass_read_is_the_exact_read_on_random_traces(small_runs):
@@ -544,11 +544,11 @@ def test_a_tap_is_given_the_complete_events_of_its_categories_alone_either_way(s
     def taps():
         got = {"some": [], "all": []}
 
-        def some(ev, s, dur):
-            got["some"].append((ev["name"], ev["cat"]))
+        def some(cat, name, pid, tid, args, s, dur):
+            got["some"].append((name, cat))
 
         some.cats = ("cpu_op", "user_annotation")
-        return got, some, lambda ev, s, dur: got["all"].append((ev["name"], ev["cat"]))
+        return got, some, lambda cat, name, *_: got["all"].append((name, cat))
 
     for read in (
         lambda tap: timeline.quick(Lists(events, 7), tap),

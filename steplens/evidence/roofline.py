@@ -62,16 +62,14 @@ class Operators:
         self.launches = {}  # correlation id: (pid, tid, start, end, name)
         return self.keep
 
-    def keep(self, ev: dict[str, Any], start: float, dur: float) -> None:
-        """Keep one complete event the reader kept, if it is a cpu_op or a launch call."""
-        cat = ev.get("cat")
+    def keep(self, cat: Any, name: str, pid: Any, tid: Any, args: dict[str, Any], start: float, dur: float) -> None:
+        """Keep one complete event the reader kept, if it is a cpu_op or a launch call (a timeline.Tap)."""
         if cat not in OPERATOR_CATS:
             return
-        args = ev.get("args") or {}
-        where = (ev.get("pid"), ev.get("tid"))
+        where = (pid, tid)
         if cat == "cpu_op":
             op = work.OpCall(
-                str(ev.get("name", "")),
+                name,
                 args.get("Input Dims") or [],
                 args.get("Input type") or [],
                 args.get("Input Strides") or [],
@@ -79,7 +77,7 @@ class Operators:
             )
             self.ops[where].append((start, start + dur, op))
         elif args.get("correlation") is not None:
-            self.launches[args["correlation"]] = (*where, start, start + dur, ev.get("name", ""))
+            self.launches[args["correlation"]] = (pid, tid, start, start + dur, name)
 
     keep.cats = OPERATOR_CATS  # the reader gives it no other event (timeline.tap_cats)
 
@@ -117,9 +115,9 @@ def read_with_operators(
     def both() -> Tap:
         keep, other = ops.restart(), tap()
 
-        def give(ev: dict[str, Any], start: float, dur: float) -> None:
-            keep(ev, start, dur)
-            other(ev, start, dur)
+        def give(cat: Any, name: str, pid: Any, tid: Any, args: dict[str, Any], start: float, dur: float) -> None:
+            keep(cat, name, pid, tid, args, start, dur)
+            other(cat, name, pid, tid, args, start, dur)
 
         cats = (tap_cats(keep), tap_cats(other))
         give.cats = None if None in cats else cats[0] + cats[1]  # each ignores the other's

@@ -93,11 +93,10 @@ class NameTables:
             self.tables = {which: {n: list(row) for n, row in rows.items()} for which, rows in before.items()}
             kernels, operators = self.tables["kernels"], self.tables["operators"]
 
-            def keep(ev: dict[str, Any], start: float, dur: float) -> None:
-                cat = ev.get("cat")
+            def keep(cat: Any, name: str, pid: Any, tid: Any, args: dict[str, Any], start: float, dur: float) -> None:
                 table = kernels if cat in GPU_CATS else operators if cat == "cpu_op" else None
                 if table is not None:
-                    row = table.setdefault(ev["name"], [0, 0.0])
+                    row = table.setdefault(name, [0, 0.0])
                     row[0] += 1
                     row[1] += dur
 

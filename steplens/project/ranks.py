@@ -24,6 +24,7 @@ from steplens.stats import ALPHA, sign_test_p, steps_needed
 from steplens.text import say, write
 from steplens.trace import intervals, reader, spill
 from steplens.trace.intervals import minus
+from steplens.trace.timeline import Tap
 
 NCCL = "nccl"
 
@@ -146,17 +147,17 @@ class Timelines:
         self.nccl, self.kernels, self.cpu_comm = [], [], {}
         self.cpu_ops: dict[tuple[Any, Any], array] = {}  # each thread's operators, start and end in turn
 
-    def restart(self) -> Callable[[dict[str, Any], float, float], None]:
+    def restart(self) -> Tap:
         """A fresh start (a second pass drops events written twice); returns keep."""
         self.__init__()
         return self.keep
 
-    def keep(self, ev: dict[str, Any], s: float, dur: float) -> None:
-        """One complete event that starts at s and lasts dur µs."""
+    def keep(self, cat: Any, name: str, pid: Any, tid: Any, args: dict[str, Any], s: float, dur: float) -> None:
+        """One complete event that starts at s and lasts dur µs (a timeline.Tap)."""
         e = s + dur
-        cat, name, thread = ev.get("cat", ""), ev.get("name", ""), (ev.get("pid"), ev.get("tid"))
-        if not isinstance(cat, str) or not isinstance(name, str):  # the damage pass counts such an event
+        if not isinstance(cat, str):  # the damage pass counts such an event
             return
+        thread = (pid, tid)
         if cat == "user_annotation":
             if name.startswith("ProfilerStep#"):
                 number = name.split("#", 1)[1]
@@ -219,7 +220,9 @@ def timelines(events: Iterable[dict]) -> dict[str, Any]:
             dur = float(ev.get("dur", 0))
         except (KeyError, TypeError, ValueError):
             continue
-        found.keep(ev, s, dur)
+        name = ev.get("name", "")
+        if isinstance(name, str):  # (the reader's taps are given only events with a name)
+            found.keep(ev.get("cat", ""), name, ev.get("pid"), ev.get("tid"), ev.get("args") or {}, s, dur)
     return found.result()
 
 

@@ -65,7 +65,9 @@ class Trace:
         self.exported = False  # the steps carry the profiler's own numbering: its export, which ends with its span
 
 
-Tap = Callable[[dict[str, Any], float, float], None]  # given each complete event kept: (event, start, duration)
+Tap = Callable[[Any, str, Any, Any, dict[str, Any], float, float], None]
+# a tap is given each complete event kept as (cat, name, pid, tid, args, start, duration): cat "" where the event
+# has none, pid and tid None where it has none, args {} where it has none (never to be changed)
 
 
 def tap_cats(tap: Tap | None) -> tuple[Any, ...] | None:
@@ -81,7 +83,7 @@ def extract(
     tap: Tap | None = None,
 ) -> Trace:
     """One pass over the events (a list or a stream), keeping only compact tuples; damage counted in t.damage.
-    tap: given every complete event the reader keeps (readable, not a second copy), for what else a caller
+    tap: given every complete event the reader keeps (readable, not a second copy; its fields, see Tap), for what else a caller
     keeps from the same pass (the roofline's operators)."""
     t = Trace()
     names = {}  # one string object per distinct name
@@ -93,33 +95,34 @@ def extract(
         e = s + dur
         track = (ev.get("pid"), ev.get("tid"))
         complete.add_readable(track, ev)
-        cat = ev.get("cat", "")
+        cat, name, args = ev.get("cat", ""), ev["name"], ev.get("args") or _NO_ARGS
         if tap is not None and (cats is None or cat in cats):
-            tap(ev, s, dur)
+            tap(cat, name, track[0], track[1], args, s, dur)
         if cat in CPU_SLICE_CATS:
             threads.add(track, s, e)
             if first is None:
                 first, last = s, e
             else:
                 first, last = s if s < first else first, e if e > last else last
-            if cat == "cpu_op" and ev.get("name") in SYNC_OPS:
-                t.sync_ops.append((ev["name"], s, e, ev.get("tid")))
+            if cat == "cpu_op" and name in SYNC_OPS:
+                t.sync_ops.append((name, s, e, track[1]))
             if cat == "python_function" or cat == "cpu_op":
                 continue
-        _keep(t, ev, cat, ev.get("name", ""), ev.get("args") or {}, s, e, names, scopes)
+        _keep(t, ev, cat, name, args, s, e, track[1], names, scopes)
     return _finish(t, first, last)
 
 
-def _keep(t: Trace, ev: dict[str, Any], cat: str, name: str, args: dict[str, Any], s: float, e: float,
+def _keep(t: Trace, ev: Any, cat: str, name: str, args: dict[str, Any], s: float, e: float, tid: Any,
           names: dict[str, str], scopes: set[str]) -> None:  # fmt: skip
-    """What the figures keep of a complete event that is neither a Python function nor a CPU operator."""
+    """What the figures keep of a complete event that is neither a Python function nor a CPU operator; ev (a dict
+    or a reader.Event) is read only where it is damage."""
     if cat == "user_annotation":
         if name.startswith(damage.STEP_PREFIX):
             num = step_number(name)
             if num is None:
-                t.damage.add("unreadable_step", ev, True)
+                t.damage.add("unreadable_step", _dict(ev), True)
             elif e <= s:
-                t.damage.add("empty_step", ev, True)
+                t.damage.add("empty_step", _dict(ev), True)
             else:
                 t.steps.append((num, s, e))
                 t.exported = t.exported or PROFILER_ARG in args
@@ -145,11 +148,16 @@ def _keep(t: Trace, ev: dict[str, Any], cat: str, name: str, args: dict[str, Any
     elif cat in ("cuda_runtime", "cuda_driver"):
         t.runtime.append(name, s, e, args.get("correlation"))
         if name in SYNC_CALLS or name in BLOCKING_COPY_CALLS:
-            t.sync_calls.append((name, s, e, ev.get("tid")))
+            t.sync_calls.append((name, s, e, tid))
     elif cat == "gpu_user_annotation":
         t.annotations.append((names.setdefault(name, name), s, e, args.get("External id")))
     elif cat == CAPTURE_CAT:
         t.captures.append((s, e))
+
+
+def _dict(ev: Any) -> dict[str, Any]:
+    """ev as a dict: itself, or the dict a reader.Event stands for."""
+    return ev if isinstance(ev, dict) else _as_dict(ev)
 
 
 def _finish(t: Trace, first: float | None, last: float | None) -> Trace:
@@ -244,14 +252,14 @@ class _OnePass:
     def _each_event(self, events: list[Any]) -> bool:
         """each() over a list of reader.Event, the reader's lighter form of an event (a field is read faster than a
         dict's key, and the object freed faster): _each's loop, field for key (an unset pid, tid or cat read as
-        _each reads a missing key), an event's dict (reader.as_dict) made only for what is handed one (a tap,
-        _keep). tests/test_onepass.py holds the two loops to the exact read, on the same random traces."""
+        _each reads a missing key), no dict made (a tap is given the fields; _keep reads the event itself only
+        where it is damage). tests/test_onepass.py holds the two loops to the exact read, on the same random traces."""
         t, found, tap, names, scopes, cats = self.t, self.found, self.tap, self.names, self.scopes, self.cats
         cpu, add_memory = found.cpu, t.memory.add
         first, last, anchor, far, printable = self.first, self.last, self.anchor, damage.FAR_US, self.names_read
         lim, off = _fast_limit(self.base)
         last_pid, last_tid, add_record, on_cpu, n, track = self.track
-        pack, two52, fast_dur, id_types, keep, as_dict = _RECORD, _2_52, _FAST_DUR_US, _IDS, _keep, _as_dict
+        pack, two52, fast_dur, id_types, keep = _RECORD, _2_52, _FAST_DUR_US, _IDS, _keep
         cpu_cats, sync_ops, not_cpu, memory_event, unset = (
             CPU_SLICE_CATS,
             SYNC_OPS,
@@ -297,7 +305,7 @@ class _OnePass:
                 last_pid, last_tid = pid, tid
             cat = ev.cat
             if tap is not None and (cats is None or cat in cats or cat is unset and "" in cats):
-                tap(as_dict(ev), s, dur)
+                tap("" if cat is unset else cat, name, pid, tid, args or _NO_ARGS, s, dur)
             if cat == "python_function" or cat in cpu_cats:
                 add_record(pack(tn, -(tn + dn), s, -e))
                 if not on_cpu:
@@ -311,10 +319,10 @@ class _OnePass:
                         if name in sync_ops:
                             t.sync_ops.append((name, s, e, tid))
                     else:
-                        keep(t, as_dict(ev), cat, name, args or _NO_ARGS, s, e, names, scopes)
+                        keep(t, ev, cat, name, args or _NO_ARGS, s, e, tid, names, scopes)
             else:  # (an unset cat: "", as _each reads it)
                 add_record(pack(tn, -(tn + dn), not_cpu, 0.0))
-                keep(t, as_dict(ev), "" if cat is unset else cat, name, args or _NO_ARGS, s, e, names, scopes)
+                keep(t, ev, "" if cat is unset else cat, name, args or _NO_ARGS, s, e, tid, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
         self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
         return True
@@ -372,7 +380,7 @@ class _OnePass:
                 last_pid, last_tid = pid, tid
             cat = ev.get("cat", "")
             if tap is not None and (cats is None or cat in cats):
-                tap(ev, s, dur)
+                tap(cat, name, pid, tid, args or _NO_ARGS, s, dur)
             if cat == "python_function" or cat in cpu_cats:  # (a tuple: a damaged cat may be unhashable)
                 add_record(pack(tn, -(tn + dn), s, -e))
                 if not on_cpu:
@@ -386,10 +394,10 @@ class _OnePass:
                         if name in sync_ops:
                             t.sync_ops.append((name, s, e, tid))
                     else:
-                        keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
+                        keep(t, ev, cat, name, args or _NO_ARGS, s, e, tid, names, scopes)
             else:
                 add_record(pack(tn, -(tn + dn), not_cpu, 0.0))
-                keep(t, ev, cat, name, args or _NO_ARGS, s, e, names, scopes)
+                keep(t, ev, cat, name, args or _NO_ARGS, s, e, tid, names, scopes)
         self.first, self.last, self.anchor = first, last, anchor
         self.track = (last_pid, last_tid, add_record, on_cpu, n, track)
         return True

@@ -15,7 +15,7 @@ import re
 import statistics
 import sys
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from steplens.evidence import attribution, picture, summarize

@@ -83,8 +83,8 @@ def extract(
     tap: Tap | None = None,
 ) -> Trace:
     """One pass over the events (a list or a stream), keeping only compact tuples; damage counted in t.damage.
-    tap: given every complete event the reader keeps (readable, not a second copy; its fields, see Tap), for what else a caller
-    keeps from the same pass (the roofline's operators)."""
+    tap: given every complete event the reader keeps (readable, not a second copy; its fields, see Tap), for what
+    else a caller keeps from the same pass (the roofline's operators)."""
     t = Trace()
     names = {}  # one string object per distinct name
     scopes = set(KNOWN)  # every phase's scopes (steplens/scopes.py); other annotations go to named

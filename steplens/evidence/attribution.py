@@ -98,10 +98,12 @@ class ByStep(Mapping):
             self.codes[num].append(code)
 
     def __getitem__(self, num: int) -> list[Any]:
-        places = self.places[num]
+        places, take = self.places[num], getattr(self.seq, "take", None)  # take: the columns' own, in one pass
+        items = take(places) if take is not None else [self.seq[i] for i in places]
         if self.tagged:
-            return [(self.seq[i], self.tags[c]) for i, c in zip(places, self.codes[num])]
-        return [self.seq[i] for i in places]
+            tags = self.tags
+            return [(item, tags[c]) for item, c in zip(items, self.codes[num])]
+        return items
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.places)

@@ -6,7 +6,7 @@ tuple the figures always read (timeline.Trace says which)."""
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from steplens.trace.spill import SortedRecords
@@ -36,6 +36,11 @@ class Values:
         if kind == _INT:
             return self.ints[i]
         return None if kind == _NONE else self.other[i % len(self.kinds)]
+
+    def take(self, places: Iterable[int]) -> list[Any]:
+        """[self[i] for i in places], places at or past 0, in one pass."""
+        ints, kinds, other = self.ints, self.kinds, self.other
+        return [ints[i] if kinds[i] == _INT else other.get(i) for i in places]  # (None: not in other)
 
     def __len__(self) -> int:
         return len(self.kinds)
@@ -96,7 +101,20 @@ class GpuEvents:
         return ev
 
     def __iter__(self) -> Iterator[GpuEvent]:
-        return (self[i] for i in range(len(self.kind)))
+        return _chunks(self.take, len(self.kind))
+
+    def take(self, places: Iterable[int]) -> list[GpuEvent]:
+        """[self[i] for i in places], places at or past 0, in one pass."""
+        places = places if isinstance(places, (array, range, list)) else list(places)
+        kinds, code, start, end = KINDS, self.kind, self.start, self.end
+        out = []
+        for i, stream, corr, nbytes in zip(
+            places, self.stream.take(places), self.corr.take(places), self.bytes.take(places)
+        ):
+            ev = GpuEvent((kinds[code[i]], start[i], end[i], stream, corr, nbytes))
+            ev.index = i
+            out.append(ev)
+        return out
 
     def name(self, i: int) -> str:
         return self.names.names[self.name_code[i]]
@@ -141,7 +159,19 @@ class RuntimeCalls:
         return (self.names.names[self.name_code[i]], self.start[i], self.end[i], self.corr[i])
 
     def __iter__(self) -> Iterator[tuple[str, float, float, Any]]:
-        return (self[i] for i in range(len(self.start)))
+        return _chunks(self.take, len(self.start))
+
+    def take(self, places: Iterable[int]) -> list[tuple[str, float, float, Any]]:
+        """[self[i] for i in places], places at or past 0, in one pass."""
+        places = places if isinstance(places, (array, range, list)) else list(places)
+        names, code, start, end = self.names.names, self.name_code, self.start, self.end
+        return [(names[code[i]], start[i], end[i], corr) for i, corr in zip(places, self.corr.take(places))]
+
+
+def _chunks(take: Callable[[range], list[Any]], n: int, size: int = 256) -> Iterator[Any]:
+    """take's items of places 0 to n, made size at a time (not all held at once)."""
+    for a in range(0, n, size):
+        yield from take(range(a, min(a + size, n)))
 
 
 def _int_key(v: Any) -> int | None:

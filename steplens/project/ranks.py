@@ -146,6 +146,7 @@ class Timelines:
         self.steps, self.scopes = [], {n: [] for n in SCOPES}
         self.nccl, self.kernels, self.cpu_comm = [], [], {}
         self.cpu_ops: dict[tuple[Any, Any], array] = {}  # each thread's operators, start and end in turn
+        self.last = (None, None, None)  # (pid, tid, its cpu_ops array) of the last operator kept there
 
     def restart(self) -> Tap:
         """A fresh start (a second pass drops events written twice); returns keep."""
@@ -155,6 +156,19 @@ class Timelines:
     def keep(self, cat: Any, name: str, pid: Any, tid: Any, args: dict[str, Any], s: float, dur: float) -> None:
         """One complete event that starts at s and lasts dur µs (a timeline.Tap)."""
         e = s + dur
+        if cat == "cpu_op":
+            if _is_cpu_comm(name):
+                self.cpu_comm.setdefault((pid, tid), []).append([s, e])
+                return
+            last_pid, last_tid, ops = self.last
+            if tid != last_tid or pid != last_pid or ops is None:  # (as a dict's key compares)
+                ops = self.cpu_ops.get((pid, tid))
+                if ops is None:
+                    ops = self.cpu_ops[(pid, tid)] = array("d")
+                self.last = (pid, tid, ops)
+            ops.append(s)
+            ops.append(e)
+            return
         if not isinstance(cat, str):  # the damage pass counts such an event
             return
         thread = (pid, tid)
@@ -169,11 +183,6 @@ class Timelines:
                 self.cpu_comm.setdefault(thread, []).append([s, e])
         elif cat == "kernel":
             (self.nccl if NCCL in name.lower() else self.kernels).append([s, e])
-        elif cat == "cpu_op":
-            if _is_cpu_comm(name):
-                self.cpu_comm.setdefault(thread, []).append([s, e])
-            else:
-                self.cpu_ops.setdefault(thread, array("d")).extend((s, e))
 
     keep.cats = ("user_annotation", "kernel", "cpu_op")  # the reader gives it no other event (timeline.tap_cats)
 

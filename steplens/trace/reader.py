@@ -47,20 +47,21 @@ STRUCT_MISSES = 8  # runs in a row that do not read as Events, after which a tra
 if msgspec is not None:
 
     class Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-        """An event as its FIELDS, each left UNSET where the event lacks it, or any JSON value: lighter than a
-        dict (a field is read faster than a dict's key, and the object is freed faster). An event with any other
-        key is not one: the run of events that holds it is read as dicts. msgspec reads every JSON value as json
-        does (an integer past 64 bits whole), and refuses what json reads and orjson refuses (NaN, lone
-        surrogates)."""
+        """An event as its FIELDS, each left UNSET where the event lacks it: lighter than a dict (a field is read
+        faster than a dict's key, and the object is freed faster). Its name is a string, its pid and tid an
+        integer, a string or null, its args an object; the other fields any JSON value. An event with any other
+        key, or another type there, is not one: the run of events that holds it is read as dicts (the reader of
+        Events need not check those types again). msgspec reads every JSON value as json does (an integer past
+        64 bits whole), and refuses what json reads and orjson refuses (NaN, lone surrogates)."""
 
         ph: Any = UNSET
         cat: Any = UNSET
-        name: Any = UNSET
-        pid: Any = UNSET
-        tid: Any = UNSET
+        name: str | msgspec.UnsetType = UNSET
+        pid: int | str | None | msgspec.UnsetType = UNSET
+        tid: int | str | None | msgspec.UnsetType = UNSET
         ts: Any = UNSET
         dur: Any = UNSET
-        args: Any = UNSET
+        args: dict | msgspec.UnsetType = UNSET
         id: Any = UNSET
         bp: Any = UNSET
         s: Any = UNSET

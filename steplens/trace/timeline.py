@@ -259,7 +259,7 @@ class _OnePass:
         first, last, anchor, far, printable = self.first, self.last, self.anchor, damage.FAR_US, self.names_read
         lim, off = _fast_limit(self.base)
         last_pid, last_tid, add_record, on_cpu, n, track = self.track
-        pack, two52, fast_dur, id_types, keep = _RECORD, _2_52, _FAST_DUR_US, _IDS, _keep
+        pack, two52, fast_dur, keep = _RECORD, _2_52, _FAST_DUR_US, _keep
         cpu_cats, sync_ops, not_cpu, memory_event, unset = (
             CPU_SLICE_CATS,
             SYNC_OPS,
@@ -284,13 +284,13 @@ class _OnePass:
                 s, tn, dur, dn, lim, off = times
             else:
                 return False
+            # the decode checked these types (reader.Event): a name is a str, a pid and tid an int, a str or None,
+            # args a dict; each may be unset ("args": null, damage, is no Event: its run comes as dicts)
             name, pid, tid, args = ev.name, ev.pid, ev.tid, ev.args
-            if type(args) is not dict and args is not unset:  # "args": null is damage
+            if name is unset:
                 return False
-            if not (type(name) is str and type(pid) in id_types and type(tid) in id_types):
+            if pid is unset or tid is unset:
                 pid, tid = (None if pid is unset else pid), (None if tid is unset else tid)  # (as _each reads them)
-                if not (type(name) is str and type(pid) in id_types and type(tid) in id_types):
-                    return False
             if name not in printable and not self.printable(name):
                 return False
             if anchor is None:

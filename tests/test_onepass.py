@@ -126,7 +126,7 @@ def timeline_of(t):
         "annotations": t.annotations,
         "comm": sorted(t.comm),
         "sync_calls": t.sync_calls,
-        "sync_ops": t.sync_ops,
+        "sync_ops": list(t.sync_ops),
         "captures": t.captures,
         "cpu_span": t.cpu_span,
         "exported": t.exported,

@@ -255,20 +255,35 @@ def details(
 def _sync_origins(t: Trace, host: HostCalls) -> dict[str, int]:
     """Where the syncs inside the steps come from: the outermost known operator (aten::item, ...) around each
     sync call on its thread, else the call's own name."""
-    ops: dict[Any, list[tuple[float, float, str]]] = {}
-    for name, s, e, tid in t.sync_ops:
-        ops.setdefault(tid, []).append((s, e, name))
-    for v in ops.values():
-        v.sort()
-    out: dict[str, int] = {}
     starts = sorted(t.steps, key=lambda step: step[1])
     firsts = [a for _, a, _ in starts]
+    calls = []  # (name, start, end, tid) of the sync calls inside a step
     for name, s, e, tid in t.sync_calls:
         k = bisect.bisect_right(firsts, s) - 1
         if k < 0 or s >= starts[k][2]:  # outside every step (the profiler's own closing sync)
             continue
-        around = [op for op in ops.get(tid, []) if op[0] <= s and e <= op[1]]
-        origin = min(around)[2] if around else f"{name} (no operator around it)"
+        calls.append((name, s, e, tid))
+    # the outermost operator around each call, (start, end, name) the least, in one pass over the operators (a
+    # long trace holds many): each looks only at the calls of its thread that start inside it
+    by_thread: dict[Any, tuple[list[float], list[int]]] = {}
+    for i in sorted(range(len(calls)), key=lambda i: calls[i][1]):
+        at, which = by_thread.setdefault(calls[i][3], ([], []))
+        at.append(calls[i][1])
+        which.append(i)
+    best: list[tuple[float, float, str] | None] = [None] * len(calls)
+    if by_thread:
+        for op_name, op_s, op_e, tid in t.sync_ops:
+            found = by_thread.get(tid)
+            if found is None:
+                continue
+            at, which = found
+            for j in range(bisect.bisect_left(at, op_s), bisect.bisect_right(at, op_e)):
+                i = which[j]
+                if calls[i][2] <= op_e and (best[i] is None or (op_s, op_e, op_name) < best[i]):
+                    best[i] = (op_s, op_e, op_name)
+    out: dict[str, int] = {}
+    for (name, s, e, _), around in zip(calls, best):
+        origin = around[2] if around else f"{name} (no operator around it)"
         if host.is_copy(s, e) or (not around and any(True for _ in host.h2d.clip(s, e))):
             origin = "a host-to-device copy"
         out[origin] = out.get(origin, 0) + 1

@@ -59,7 +59,7 @@ class Trace:
         self.damage = damage.Damage()
         self.memory = memory.Memory()
         self.sync_calls = []  # (name, start, end, tid) of each call that blocks the host on the GPU (few a step)
-        self.sync_ops = []  # (name, start, end, tid) of the CPU operators that hand a GPU value to the host
+        self.sync_ops = columns.SyncOps()  # (name, start, end, tid) of the operators that hand the host a GPU value
         self.captures = []  # the profiler's own span of each capture ("PyTorch Profiler (0)", cat Trace)
         self.cpu_span = None  # (first start, last end) of the CPU slices: also the window of a capture without steps
         self.exported = False  # the steps carry the profiler's own numbering: its export, which ends with its span
@@ -105,7 +105,7 @@ def extract(
             else:
                 first, last = s if s < first else first, e if e > last else last
             if cat == "cpu_op" and name in SYNC_OPS:
-                t.sync_ops.append((name, s, e, track[1]))
+                t.sync_ops.append(name, s, e, track[1])
             if cat == "python_function" or cat == "cpu_op":
                 continue
         _keep(t, ev, cat, name, args, s, e, track[1], names, scopes)
@@ -317,7 +317,7 @@ class _OnePass:
                 if cat != "python_function":
                     if cat == "cpu_op":
                         if name in sync_ops:
-                            t.sync_ops.append((name, s, e, tid))
+                            t.sync_ops.append(name, s, e, tid)
                     else:
                         keep(t, ev, cat, name, args or _NO_ARGS, s, e, tid, names, scopes)
             else:  # (an unset cat: "", as _each reads it)
@@ -392,7 +392,7 @@ class _OnePass:
                 if cat != "python_function":
                     if cat == "cpu_op":
                         if name in sync_ops:
-                            t.sync_ops.append((name, s, e, tid))
+                            t.sync_ops.append(name, s, e, tid)
                     else:
                         keep(t, ev, cat, name, args or _NO_ARGS, s, e, tid, names, scopes)
             else:

@@ -138,14 +138,34 @@ def _is_cpu_comm(name):
     return any(k in low for k in CPU_COMM)
 
 
+def _add(kept: array, s: float, e: float) -> None:
+    """Keep [s, e) in kept (starts and ends in turn): joined to the last interval where it starts inside it (at or
+    after its start, at or before its end: union() merges those two, whatever else it is given), else added. So
+    union() of what is kept is union() of every interval given: the same pieces, each the same floats."""
+    n = len(kept)
+    if n and kept[n - 2] <= s <= kept[n - 1]:
+        if e > kept[n - 1]:
+            kept[n - 1] = e
+    else:
+        kept.append(s)
+        kept.append(e)
+
+
+def _pairs(kept: array) -> list[list[float]]:
+    """The intervals kept by _add, as [start, end] lists."""
+    return [[kept[i], kept[i + 1]] for i in range(0, len(kept), 2)]
+
+
 class Timelines:
     """Steps, the scopes, and the communication and compute intervals of one trace, kept one complete event at
     a time: from summarize's own pass (keep is a timeline.read tap), so that a rank's trace is read once."""
 
     def __init__(self):
         self.steps, self.scopes = [], {n: [] for n in SCOPES}
-        self.nccl, self.kernels, self.cpu_comm = [], [], {}
-        self.cpu_ops: dict[tuple[Any, Any], array] = {}  # each thread's operators, start and end in turn
+        # intervals kept as start, end in turn, each joined to the one before where union() would merge them
+        # (_add): a thread's nested operators take the room of the outermost, not one entry each
+        self.nccl, self.kernels, self.cpu_comm = array("d"), array("d"), {}
+        self.cpu_ops: dict[tuple[Any, Any], array] = {}  # each thread's operators
         self.last = (None, None, None)  # (pid, tid, its cpu_ops array) of the last operator kept there
 
     def restart(self) -> Tap:
@@ -166,8 +186,7 @@ class Timelines:
                 if ops is None:
                     ops = self.cpu_ops[(pid, tid)] = array("d")
                 self.last = (pid, tid, ops)
-            ops.append(s)
-            ops.append(e)
+            _add(ops, s, e)
             return
         if not isinstance(cat, str):  # the damage pass counts such an event
             return
@@ -182,7 +201,7 @@ class Timelines:
             elif _is_cpu_comm(name):
                 self.cpu_comm.setdefault(thread, []).append([s, e])
         elif cat == "kernel":
-            (self.nccl if NCCL in name.lower() else self.kernels).append([s, e])
+            _add(self.nccl if NCCL in name.lower() else self.kernels, s, e)
 
     keep.cats = ("user_annotation", "kernel", "cpu_op")  # the reader gives it no other event (timeline.tap_cats)
 
@@ -190,7 +209,11 @@ class Timelines:
         """{"steps", "scopes", "source", "comm", "compute"} (see timelines)."""
         cpu_comm = self.cpu_comm
         if self.nccl:
-            source, comm, compute = "nccl kernels", intervals.union(self.nccl), intervals.union(self.kernels)
+            source, comm, compute = (
+                "nccl kernels",
+                intervals.union(_pairs(self.nccl)),
+                intervals.union(_pairs(self.kernels)),
+            )
         elif cpu_comm:
             source = "cpu (gloo/c10d operators)"
             comm = intervals.union([iv for ivs in cpu_comm.values() for iv in ivs])
@@ -201,7 +224,7 @@ class Timelines:
                     iv
                     for thread, ops in self.cpu_ops.items()
                     for iv in minus(
-                        intervals.union([[ops[i], ops[i + 1]] for i in range(0, len(ops), 2)]),
+                        intervals.union(_pairs(ops)),
                         intervals.union(cpu_comm.get(thread, [])),
                     )
                 ]

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -281,6 +282,25 @@ def test_ranks_slowest_by_turns_name_no_straggler_and_keep_the_table():
     assert "#7" in text and "straggler test: rank" in text
     top = ranks.headline(result)
     assert top["slowest_rank"] is None and top["slow_stage"] is None and top["straggler_p"] == 1.0
+
+
+def test_ranks_that_tie_in_every_step_name_no_straggler_and_ties_are_left_out_of_the_test():
+    """Two identical ranks tie in every step: no rank is the slowest anywhere (not rank 0, the first of a tie),
+    the verdict says they tie. Where rank 1 is slower in six steps and ties in six more, the test counts the six
+    (p = 2/64) and the verdict says six more tied."""
+    same = ranks.across([made(0, [3] * 6), made(1, [3] * 6)])
+    assert same["slowest_rank"] is None and same["slow_stage"] is None, same["verdict"]
+    assert [s["slowest_rank"] for s in same["per_step"]] == [None] * 6
+    assert (same["straggler_test"]["steps"], same["straggler_test"]["tied_steps"]) == (0, 6)
+    assert "tie for the slowest in every aligned step (6)" in same["verdict"]
+    text = ranks.format_text(same)
+    assert re.search(r"^#2 +tie ", text, re.M) and "0 of 0 aligned steps (6 tied, left out)" in text, text
+    twelve = SIX + tuple(n + 100 for n in SIX)
+    mixed = ranks.across([made(0, [1] * 6 + [3] * 6, steps=twelve), made(1, [6] * 6 + [3] * 6, steps=twelve)])
+    test = mixed["straggler_test"]
+    assert (test["slowest_in"], test["steps"], test["tied_steps"]) == (6, 6, 6)
+    assert test["p"] == pytest.approx(2 / 64) and mixed["slowest_rank"] == 1
+    assert mixed["verdict"].startswith("slowest rank 1: the slowest in 6 of 6 aligned steps (6 more tied)")
 
 
 def test_too_few_aligned_steps_name_no_straggler_and_say_how_many_are_needed():

@@ -409,7 +409,8 @@ def _left_out_text(left_out):
 
 
 def _aligned_steps(ranks, table, common, key):
-    """Per aligned step: every rank's figures, the spread across ranks, and the slowest rank by key."""
+    """Per aligned step: every rank's figures, the spread across ranks, and the slowest rank by key (None where
+    two or more ranks tie for it: no rank is the slowest there)."""
     steps = []
     for n in common:
         row = {r: table[r][n] for r in ranks}
@@ -419,7 +420,9 @@ def _aligned_steps(ranks, table, common, key):
             else None
             for k in ("wall_us", "work_us", "exposed_comm_us", "next_batch_cpu_us", "gpu_idle_us")
         }
-        slowest = max(ranks, key=lambda r: row[r][key])
+        top = max(row[r][key] for r in ranks)
+        at_top = [r for r in ranks if row[r][key] == top]
+        slowest = at_top[0] if len(at_top) == 1 else None
         steps.append({"step": n, "ranks": {str(r): row[r] for r in ranks}, "spread": spread, "slowest_rank": slowest})
     return steps
 
@@ -533,14 +536,17 @@ def across(per_rank: list[dict[str, Any]], left_out: dict[str, str] | None = Non
 def straggler_test(
     ranks: list[int], steps: list[dict[str, Any]], summary: dict[str, dict[str, Any]], key: str
 ) -> dict[str, Any]:
-    """The exact sign test of "no straggler" over the aligned steps: is one rank the slowest in nearly every step?"""
+    """The exact sign test of "no straggler" over the aligned steps: is one rank the slowest in nearly every step?
+    A step where ranks tie for the slowest (identical traces, say) is left out, as a sign test leaves out ties."""
     counts = {r: sum(s["slowest_rank"] == r for s in steps) for r in ranks}
     # The rank slowest in the most steps; between equal counts, the most `key` per step.
     candidate = max(ranks, key=lambda r: (counts[r], summary[str(r)][key]))
-    n, k, chance = len(steps), counts[candidate], 1 / len(ranks)
+    ties = sum(s["slowest_rank"] is None for s in steps)
+    n, k, chance = len(steps) - ties, counts[candidate], 1 / len(ranks)
     test = {
         "candidate": candidate,
         "steps": n,
+        "tied_steps": ties,
         "slowest_in": k,
         "chance": chance,
         "candidates": len(ranks),
@@ -549,7 +555,9 @@ def straggler_test(
         "steps_needed": steps_needed(len(ranks), chance),
         "alpha": ALPHA,
     }
-    if test["smallest_p"] >= ALPHA:
+    if not n:
+        test["reason"] = f"the ranks tie for the slowest in every aligned step ({ties}): no rank is slower"
+    elif test["smallest_p"] >= ALPHA:
         test["reason"] = (
             f"too few aligned steps for a verdict (n={n}, need {test['steps_needed']} with "
             f"{len(ranks)} ranks); rank {candidate} was the slowest in {k} of {n}"
@@ -591,7 +599,9 @@ def _verdict(result):
     s = result["per_rank"][str(slow)]
     others = statistics.median(result["per_rank"][str(r)][key] for r in result["ranks"] if r != slow)
     text = (
-        f"slowest rank {slow}: the slowest in {test['slowest_in']} of {test['steps']} aligned steps (sign test "
+        f"slowest rank {slow}: the slowest in {test['slowest_in']} of {test['steps']} aligned steps"
+        + (f" ({test['tied_steps']} more tied)" if test.get("tied_steps") else "")
+        + " (sign test "
         f"p={test['p']:.2g}); {what} {s[key] / 1e3:.1f} ms per step against {others / 1e3:.1f} ms "
         f"(median) on the other ranks"
     )
@@ -687,7 +697,7 @@ def format_text(result: dict[str, Any]) -> str:
     ]
     for s in result["per_step"]:
         per_step.append(
-            [f"#{s['step']}", str(s["slowest_rank"])]
+            [f"#{s['step']}", "tie" if s["slowest_rank"] is None else str(s["slowest_rank"])]
             + [_ms(s["ranks"][str(r)]["wall_us"]) for r in ranks]
             + [_ms(s["ranks"][str(r)]["exposed_comm_us"]) for r in ranks]
             + [_ms(s["spread"]["wall_us"]), _ms(s["spread"]["work_us"])]
@@ -697,7 +707,8 @@ def format_text(result: dict[str, Any]) -> str:
     test = result["straggler_test"]
     lines.append(
         f"straggler test: rank {test['candidate']} the slowest in {test['slowest_in']} of {test['steps']} "
-        f"aligned steps; p={test['p']:.2g} (exact sign test, chance 1/{test['candidates']} a step, "
+        f"aligned steps{f' ({t} tied, left out)' if (t := test.get('tied_steps')) else ''}; p={test['p']:.2g} "
+        f"(exact sign test, chance 1/{test['candidates']} a step, "
         f"{test['candidates']} candidates; a verdict needs p < {test['alpha']:g}, from "
         f"{test['steps_needed']} steps on)"
     )

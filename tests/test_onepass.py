@@ -372,18 +372,20 @@ def test_the_blocks_kept_do_not_grow_with_the_events(monkeypatch):
 
 
 def test_ids_names_and_cats_of_any_json_type_neither_crash_nor_differ(small_runs):
-    """A pid, tid, name or cat that is a list, an object or null, in lists of one event or of all: the
-    one-pass read gives up or gives the exact read's timeline, and never fails on an unhashable value."""
+    """A pid, tid, name or cat that is a list, an object, null, a float (1.0 equals the others' 1), a bool, an
+    integer past 64 bits or a string, in lists of one event or of all: the one-pass read gives up or gives the
+    exact read's timeline, and never fails on an unhashable value (as Events: the decode's types hold the loop's
+    checks)."""
     ok = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 4.0, "args": {}}
           for i in range(20)]  # fmt: skip
     for field in ("pid", "tid", "name", "cat"):
-        for value in ([1], {"a": 1}, None):
-            events = ok + [dict(ok[0], ts=300.0, **{field: value})]
-            want = timeline_of(exact(events))
-            for size in (1, 21):
-                got = timeline.quick(Lists(events, size))
-                assert got is None or timeline_of(got) == want, (field, value, size)
-            assert timeline_of(timeline.read(lambda: events)) == want, (field, value)
+        for value in ([1], {"a": 1}, None, 1.0, 1.5, True, 1 << 70, "1"):
+            for events in (ok + [dict(ok[0], ts=300.0, **{field: value})], [dict(ok[0], **{field: value})] + ok[1:]):
+                want = timeline_of(exact(events))
+                for size in (1, 21):
+                    got = timeline.quick(Lists(events, size))
+                    assert got is None or timeline_of(got) == want, (field, value, size)
+                assert timeline_of(timeline.read(lambda: events)) == want, (field, value)
 
 
 def test_records_alike_but_for_their_floats_merge_and_end(small_runs):

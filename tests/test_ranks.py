@@ -85,6 +85,23 @@ def test_cpu_collective_launched_inside_an_operator_is_not_compute():
     assert fig["scopes_less_wait_us"]["train/optimizer"] == 80
 
 
+def test_each_threads_operators_less_its_own_collectives_are_compute_whatever_order_the_threads_come_in():
+    """Operators of three threads, interleaved: (pid 1, tid 1) runs aten::mm 0..100 around a collective 30..70;
+    (pid 2, tid 1), another process's thread of the same tid, runs 32..38; (pid 1, tid 2) runs 40..60. Only
+    thread (1, 1)'s own collective is taken from its operators: compute is 0..30, 32..38, 40..60, 70..100."""
+    events = [
+        x("ProfilerStep#3", "user_annotation", 0, 100),
+        x("aten::mm", "cpu_op", 0, 100),
+        x("aten::add", "cpu_op", 32, 6, pid=2, tid=1),
+        x("aten::mul", "cpu_op", 40, 20, tid=2),
+        x("c10d::allreduce_", "cpu_op", 30, 40),
+        x("aten::sub", "cpu_op", 0, 10, tid=2),
+    ]
+    t = ranks.timelines(events)
+    assert t["source"].startswith("cpu") and t["comm"] == [[30, 70]]
+    assert t["compute"] == [[0, 30], [32, 38], [40, 60], [70, 100]], t["compute"]
+
+
 def test_no_communication_gives_null_with_a_reason():
     events = [x("ProfilerStep#1", "user_annotation", 0, 100), x("aten::mm", "cpu_op", 0, 50)]
     t = ranks.timelines(events)
